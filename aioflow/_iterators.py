@@ -1,0 +1,428 @@
+"""The two ways to consume a run: on the caller's loop, and the sync adapter.
+
+``AsyncPipelineIterator`` starts a ``Run`` on the caller's event loop and reads the run's
+last channel. ``PipelineIterator`` (the sync adapter) runs the ``Run`` on a fresh event
+loop (uvloop when installed) in a background thread of its own, and hands chunks to the
+consuming thread through a ``ThreadChannel``; it works from a plain script and from a
+thread whose own loop is running (a Jupyter cell, an async test).
+
+Closing either iterator (end, error, ``close()``, the ``with`` block, ``break`` in a
+``for`` over the pipeline, garbage collection) cancels and awaits every task of the run;
+the sync one then joins its thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from time import monotonic
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, Channel, Chunk, Run
+from .errors import NextTimeout
+from .stats import RunStats
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+T = TypeVar("T")
+
+__all__ = ["AsyncPipelineIterator", "PipelineIterator", "new_event_loop"]
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when installed (unless ``AIOFLOW_LOOP=asyncio``)."""
+    if os.environ.get("AIOFLOW_LOOP", "").lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not timeout > 0:
+        from .errors import PipelineError
+
+        raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return timeout
+
+
+class _Resumable:
+    """What both iterators share: the position, the state, the stats."""
+
+    _pipeline: Pipeline[Any]
+    _count: int
+    _skip: int
+
+    def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
+        self._pipeline = pipeline
+        self._count = 0
+        self._skip = 0
+        if state is not None:
+            from ._state import check_state
+
+            self._skip = self._count = check_state(pipeline, state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data from which ``p.iter(state=...)`` resumes after the items yielded so far.
+
+        Example:
+            >>> import aioflow as af
+            >>> p = af.range(5)
+            >>> with p.iter() as it:
+            ...     first = [next(it), next(it)]
+            ...     state = it.state_dict()
+            >>> p.iter(state=state).to_list() if False else list(p.iter(state=state))
+            [2, 3, 4]
+        """
+        from ._state import make_state
+
+        return make_state(self._pipeline, self._count)
+
+
+class AsyncPipelineIterator(_Resumable, Generic[T]):
+    """Iterates a run on the caller's event loop; ``async with`` closes it for sure.
+
+    Example:
+        >>> import asyncio, aioflow as af
+        >>> async def main():
+        ...     async with af.range(3).aiter() as it:
+        ...         return [x async for x in it]
+        >>> asyncio.run(main())
+        [0, 1, 2]
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline[T],
+        *,
+        state: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._init_state(pipeline, state)
+        self._timeout = _check_timeout(timeout)
+        self._buf: Chunk = []
+        self._i = 0
+        self._run: Run | None = None
+        self._chan: Channel | None = None
+        self._done = False
+        self._finalizer: weakref.finalize | None = None
+
+    def __aiter__(self) -> AsyncPipelineIterator[T]:
+        return self
+
+    async def __aenter__(self) -> AsyncPipelineIterator[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _start(self) -> Channel:
+        loop = asyncio.get_running_loop()
+        run = self._run = Run()
+        chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS)
+        pipeline = self._pipeline
+        if self._skip:
+            pipeline = pipeline.skip(self._skip)
+        run.start_output(pipeline, chan)
+        self._finalizer = weakref.finalize(self, _abort_soon, run, loop)
+        return chan
+
+    async def __anext__(self) -> T:
+        i = self._i
+        if i < len(self._buf):
+            self._i = i + 1
+            self._count += 1
+            return self._buf[i]
+        return await self._next_chunk()
+
+    async def _next_chunk(self) -> T:
+        if self._done:
+            raise StopAsyncIteration
+        chan = self._chan if self._chan is not None else self._start()
+        try:
+            if self._timeout is None:
+                chunk = await chan.get()
+            else:
+                try:
+                    chunk = await asyncio.wait_for(chan.get(), self._timeout)
+                except TimeoutError:
+                    raise NextTimeout(
+                        f"no item within {self._timeout} s (after {self._count} items)"
+                    ) from None
+        except NextTimeout:
+            raise
+        except BaseException:
+            await self.aclose()
+            raise
+        if chunk is None:
+            await self.aclose()
+            raise StopAsyncIteration
+        self._buf = chunk
+        self._i = 1
+        self._count += 1
+        return chunk[0]
+
+    async def aclose(self) -> None:
+        """Stop the run: cancel and await every task of it. Safe to call twice."""
+        self._done = True
+        self._buf = []
+        self._i = 0
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if self._run is not None and not self._run.closed:
+            await asyncio.shield(self._run.aclose())
+
+    def stats(self) -> RunStats:
+        """Per-stage statistics of this run so far (see ``aioflow.stats``)."""
+        return self._run.stats() if self._run is not None else RunStats((), 0.0)
+
+
+def _abort_soon(run: Run, loop: asyncio.AbstractEventLoop) -> None:
+    """Finalizer of a dropped async iterator: cancel its tasks on their loop."""
+    if run.closed or loop.is_closed():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        run.abort()
+    else:
+        try:
+            loop.call_soon_threadsafe(run.abort)
+        except RuntimeError:  # the loop closed meanwhile
+            pass
+
+
+class ThreadChannel:
+    """Chunks from the run's loop (producer) to a consumer in another thread.
+
+    The producer side has ``Channel``'s ``put``/``close``/``full_for``; the consumer takes
+    every chunk available at once with ``take``, so one thread hand-off moves many chunks.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4) -> None:
+        self._loop = loop
+        self._cond = threading.Condition(threading.Lock())
+        self._q: deque[Chunk] = deque()
+        self._closed = False
+        self._exc: BaseException | None = None
+        self._space = asyncio.Event()
+        self._waiting = False
+        self.max_chunks = max_chunks
+
+    def full_for(self, chunk: Chunk) -> bool:
+        return len(self._q) >= self.max_chunks
+
+    async def put(self, chunk: Chunk) -> None:
+        while True:
+            with self._cond:
+                if len(self._q) < self.max_chunks:
+                    self._q.append(chunk)
+                    self._cond.notify()
+                    return
+                self._waiting = True
+                self._space.clear()
+            await self._space.wait()
+
+    def close(self, exc: BaseException | None = None) -> None:
+        with self._cond:
+            self._closed = True
+            self._exc = exc
+            self._cond.notify()
+
+    def take(self, timeout: float | None) -> list[Chunk] | None:
+        """Every chunk available (waiting up to ``timeout``); None at the end."""
+        with self._cond:
+            if not self._q:
+                deadline = None if timeout is None else monotonic() + timeout
+                while not self._q:
+                    if self._closed:
+                        if self._exc is not None:
+                            exc, self._exc = self._exc, None
+                            raise exc
+                        return None
+                    if deadline is None:
+                        self._cond.wait()
+                    else:
+                        left = deadline - monotonic()
+                        timed_out = left <= 0 or not self._cond.wait(left)
+                        if timed_out and not self._q and not self._closed:
+                            raise NextTimeout(f"no item within {timeout} s")
+            chunks = list(self._q)
+            self._q.clear()
+            wake, self._waiting = self._waiting, False
+        if wake:
+            try:
+                self._loop.call_soon_threadsafe(self._space.set)
+            except RuntimeError:  # loop already closed: nobody is waiting any more
+                pass
+        return chunks
+
+
+class _Engine:
+    """The background thread and loop of one sync run. Holds no reference to the iterator."""
+
+    def __init__(self, pipeline: Pipeline[Any]) -> None:
+        self.pipeline = pipeline
+        self.ready = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.run: Run | None = None
+        self.chan: ThreadChannel | None = None
+        self.stop: asyncio.Event | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name="aioflow-run", daemon=True)
+
+    def start(self) -> ThreadChannel:
+        self.thread.start()
+        self.ready.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.chan is not None
+        return self.chan
+
+    def _main(self) -> None:
+        try:
+            loop = self.loop = new_event_loop()
+        except BaseException as e:  # pragma: no cover - cannot make a loop
+            self.error = e
+            self.ready.set()
+            return
+        try:
+            loop.run_until_complete(self._amain())
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+
+    async def _amain(self) -> None:
+        loop = asyncio.get_running_loop()
+        run = self.run = Run()
+        self.chan = chan = ThreadChannel(loop)
+        stop = self.stop = asyncio.Event()
+        try:
+            out = run.start_output(self.pipeline, chan)
+        except BaseException as e:
+            self.error = e
+            self.ready.set()
+            await run.aclose()
+            return
+        self.ready.set()
+        stopper = loop.create_task(stop.wait())
+        try:
+            await asyncio.wait({out, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            await asyncio.wait([stopper])
+            await run.aclose()
+
+    def shutdown(self, join: bool = True) -> None:
+        """Ask the run to stop and (by default) wait for its thread to end."""
+        loop, stop = self.loop, self.stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # closed meanwhile
+                pass
+        if join and self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join()
+
+
+class PipelineIterator(_Resumable, Generic[T]):
+    """The sync adapter: iterates a run that goes on in a background thread's event loop.
+
+    Use it as a context manager (``with p.iter() as it:``) to close the run for sure.
+
+    Example:
+        >>> import aioflow as af
+        >>> with af.range(4).map(lambda x: x * x).iter() as it:
+        ...     list(it)
+        [0, 1, 4, 9]
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline[T],
+        *,
+        state: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._init_state(pipeline, state)
+        self._timeout = _check_timeout(timeout)
+        self._buf: deque[Any] = deque()
+        self._engine: _Engine | None = None
+        self._chan: ThreadChannel | None = None
+        self._done = False
+        self._finalizer: weakref.finalize | None = None
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __enter__(self) -> PipelineIterator[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __next__(self) -> T:
+        buf = self._buf
+        if buf:
+            self._count += 1
+            return buf.popleft()
+        return self._next_chunk()
+
+    def _next_chunk(self) -> T:
+        if self._done:
+            raise StopIteration
+        chan = self._chan
+        if chan is None:
+            pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
+            self._engine = _Engine(pipeline)
+            self._finalizer = weakref.finalize(self, self._engine.shutdown)
+            chan = self._chan = self._engine.start()
+        try:
+            chunks = chan.take(self._timeout)
+        except NextTimeout as e:
+            e.args = (f"{e.args[0]} (after {self._count} items)",)
+            raise
+        except BaseException:
+            self.close()
+            raise
+        if chunks is None:
+            self.close()
+            raise StopIteration
+        buf = self._buf
+        for c in chunks:
+            buf.extend(c)
+        self._count += 1
+        return buf.popleft()
+
+    def close(self) -> None:
+        """Stop the run: cancel its tasks, wait for them and for its thread. Idempotent."""
+        self._done = True
+        self._buf.clear()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if self._engine is not None:
+            self._engine.shutdown()
+
+    def stats(self) -> RunStats:
+        """Per-stage statistics of this run so far (see ``aioflow.stats``)."""
+        eng = self._engine
+        return eng.run.stats() if eng is not None and eng.run is not None else RunStats((), 0.0)
+
+
+async def _aiter_items(it: AsyncPipelineIterator[T]) -> AsyncIterator[T]:  # pragma: no cover
+    async with it:
+        async for x in it:
+            yield x

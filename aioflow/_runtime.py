@@ -1,0 +1,375 @@
+"""The runtime: how a run is built from a Pipeline, who owns its tasks, how it shuts down.
+
+Items travel between stages as *chunks*: non-empty lists of items. An operator is an
+async generator over the chunks of its input that yields chunks (see ``Build``); moving
+lists instead of single items is what keeps the per-item cost of the queued runtime low.
+
+A node marked ``task=True`` (sources, concurrent maps, prefetch, fan-in) runs in a task
+of its own, and its output goes through a bounded ``Channel`` to the next stage; its
+inputs are read from channels too. Consecutive inline nodes are fused: they are async
+generators chained inside the task that reads them. The consumer of a run reads the last
+channel.
+
+Ownership flows downstream: a channel's reader starts the producing task on first read
+and, when closed (end, error, break, cancellation), cancels and awaits it; the producer
+closes its own generator, which closes its readers, and so on up the graph. ``Run``
+also keeps every task it started and cancels and awaits any that remain at ``aclose``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from .stats import RunStats, StageMeter
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = [
+    "CHUNK_MAX",
+    "Build",
+    "Channel",
+    "Chunk",
+    "ChunkIter",
+    "Ctx",
+    "Node",
+    "Opener",
+    "Run",
+    "aclosing",
+    "items_of",
+]
+
+Chunk = list[Any]
+ChunkIter = AsyncGenerator[Chunk, None]
+Opener = Callable[[], ChunkIter]
+
+#: Largest chunk a source makes; sources adapt their chunk size below it by time.
+CHUNK_MAX = 256
+#: Default bound of a channel between two tasks: this many chunks and this many items.
+CHANNEL_CHUNKS = 2
+CHANNEL_ITEMS = 2 * CHUNK_MAX
+
+aclosing = contextlib.aclosing
+
+
+class Ctx:
+    """What a node's build function gets: its run, its meter, and how to open pipelines."""
+
+    __slots__ = ("meter", "node", "open_index", "run")
+
+    def __init__(self, run: Run, node: Node, meter: StageMeter, open_index: int) -> None:
+        self.run = run
+        self.node = node
+        self.meter = meter
+        self.open_index = open_index  # how many times this node was opened before, ever
+
+    @property
+    def name(self) -> str:
+        return self.meter.name
+
+    def open(self, pipeline: Pipeline[Any]) -> ChunkIter:
+        """Open a sub-pipeline (from flat_map, interleave, ...) inside this run."""
+        return self.run.open(pipeline, parent=self.meter)
+
+    def open_task(self, pipeline: Pipeline[Any], *, chunks: int = CHANNEL_CHUNKS) -> ChunkIter:
+        """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
+        return self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+
+
+Build = Callable[[Ctx, Sequence[Opener]], ChunkIter]
+
+
+def _same(cards: Sequence[int]) -> int:
+    return cards[0] if cards else UNKNOWN_CARD
+
+
+INFINITE_CARD = -1
+UNKNOWN_CARD = -2
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operator of a pipeline description (immutable)."""
+
+    name: str
+    build: Build
+    inputs: tuple[Pipeline[Any], ...] = ()
+    card: Callable[[Sequence[int]], int] = _same
+    task: bool = False
+    holds: int = 0  # items the operator itself may hold at once, beyond channels
+    chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
+    items: int = CHANNEL_ITEMS  # ... and in items
+    key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
+    opens: itertools.count = field(default_factory=itertools.count, compare=False)
+
+
+class Channel:
+    """A bounded single-producer, single-consumer queue of chunks on one event loop.
+
+    ``put`` waits while the channel holds ``max_chunks`` chunks, or while adding the chunk
+    would pass ``max_items`` (a chunk always fits into an empty channel). ``close(exc)``
+    ends the stream: ``get`` returns ``None`` after the last chunk, or raises ``exc``.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_exc",
+        "_getter",
+        "_n",
+        "_putter",
+        "_q",
+        "max_chunks",
+        "max_items",
+        "occupancy_samples",
+        "occupancy_sum",
+        "peak",
+    )
+
+    def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
+        self._q: deque[Chunk] = deque()
+        self._n = 0
+        self._getter: asyncio.Future[None] | None = None
+        self._putter: asyncio.Future[None] | None = None
+        self._closed = False
+        self._exc: BaseException | None = None
+        self.max_chunks = max(1, max_chunks)
+        self.max_items = max(1, max_items)
+        self.occupancy_sum = 0
+        self.occupancy_samples = 0
+        self.peak = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def full_for(self, chunk: Chunk) -> bool:
+        return bool(self._q) and (
+            len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
+        )
+
+    async def put(self, chunk: Chunk) -> None:
+        while self.full_for(chunk):
+            fut = self._putter = asyncio.get_running_loop().create_future()
+            try:
+                await fut
+            finally:
+                self._putter = None
+        self._q.append(chunk)
+        self._n += len(chunk)
+        if self._n > self.peak:
+            self.peak = self._n
+        g = self._getter
+        if g is not None and not g.done():
+            g.set_result(None)
+
+    def close(self, exc: BaseException | None = None) -> None:
+        self._closed = True
+        self._exc = exc
+        g = self._getter
+        if g is not None and not g.done():
+            g.set_result(None)
+
+    async def get(self) -> Chunk | None:
+        while not self._q:
+            if self._closed:
+                if self._exc is not None:
+                    raise self._exc
+                return None
+            fut = self._getter = asyncio.get_running_loop().create_future()
+            try:
+                await fut
+            finally:
+                self._getter = None
+        self.occupancy_sum += self._n
+        self.occupancy_samples += 1
+        chunk = self._q.popleft()
+        self._n -= len(chunk)
+        p = self._putter
+        if p is not None and not p.done():
+            p.set_result(None)
+        return chunk
+
+
+async def _metered(gen: ChunkIter, meter: StageMeter) -> ChunkIter:
+    """Counts a stage's output and the time spent producing it (inclusive of fused input)."""
+    pc = perf_counter
+    nxt = gen.__anext__
+    try:
+        while True:
+            t0 = pc()
+            try:
+                chunk = await nxt()
+            except StopAsyncIteration:
+                meter.t_next += pc() - t0
+                return
+            meter.t_next += pc() - t0
+            meter.items_out += len(chunk)
+            meter.chunks_out += 1
+            yield chunk
+    finally:
+        await gen.aclose()
+
+
+async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
+    """Flatten chunks into single items (for item-at-a-time operators)."""
+    async with aclosing(src):
+        async for chunk in src:
+            for x in chunk:
+                yield x
+
+
+async def _wait_quietly(task: asyncio.Task[Any]) -> None:
+    """Wait for a cancelled task to end without re-raising what it raised."""
+    if task.done():
+        if not task.cancelled():
+            task.exception()  # mark retrieved
+        return
+    try:
+        await asyncio.wait([task])
+    except asyncio.CancelledError:
+        # we are being cancelled while waiting: keep waiting once more, then give up
+        # (the run's own aclose cancels and awaits whatever is left)
+        task.cancel()
+        raise
+    if not task.cancelled():
+        task.exception()
+
+
+class Run:
+    """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.meters: dict[Any, StageMeter] = {}
+        self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
+        self.closed = False
+        self.started = perf_counter()
+
+    # -- building ---------------------------------------------------------------------
+    def meter_for(self, node: Node, parent: StageMeter | None) -> StageMeter:
+        key: Any = id(node) if parent is None else (parent.key, node.name)
+        m = self.meters.get(key)
+        if m is None:
+            name = node.name if parent is None else f"{parent.name} > {node.name}"
+            m = self.meters[key] = StageMeter(name, key, task=node.task)
+        return m
+
+    def open(
+        self,
+        pipeline: Pipeline[Any],
+        *,
+        parent: StageMeter | None = None,
+        boundary: bool = False,
+        chunks: int | None = None,
+    ) -> ChunkIter:
+        """Open a pipeline: its chunks, as an async iterator owned by the caller."""
+        node = pipeline._node
+        meter = self.meter_for(node, parent)
+        openers = tuple(self._opener(q, parent) for q in node.inputs)
+        for q in node.inputs:
+            m = self.meter_for(q._node, parent)
+            if m not in meter.inputs:
+                meter.inputs.append(m)
+        ctx = Ctx(self, node, meter, next(node.opens))
+        gen = _metered(node.build(ctx, openers), meter)
+        if node.task or boundary:
+            return self._reader(
+                gen, meter, chunks if chunks is not None else node.chunks, node.items
+            )
+        return gen
+
+    def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
+        # inputs are fused into the task that reads them; task nodes make their own task
+        return lambda: self.open(q, parent=parent)
+
+    async def _reader(
+        self, gen: ChunkIter, meter: StageMeter, max_chunks: int, max_items: int
+    ) -> ChunkIter:
+        chan = Channel(max_chunks, max_items)
+        meter.channel = chan
+        task = self.start(_pump(gen, chan, meter), meter.name)
+        pc = perf_counter
+        try:
+            while True:
+                if chan._q:
+                    chunk = await chan.get()
+                else:
+                    t0 = pc()
+                    chunk = await chan.get()
+                    meter.t_read_wait += pc() - t0
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            task.cancel()
+            await _wait_quietly(task)
+
+    def start(self, coro: Any, name: str = "aioflow") -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def start_output(self, pipeline: Pipeline[Any], chan: Any) -> asyncio.Task[Any]:
+        """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
+        node = pipeline._node
+        gen = self.open(pipeline)
+        meter = self.meter_for(node, None)
+        meter.channel = chan if isinstance(chan, Channel) else None
+        return self.start(_pump(gen, chan, meter), "output")
+
+    # -- shutting down ----------------------------------------------------------------
+    def abort(self) -> None:
+        """Cancel every task of the run now (sync; used when an iterator is dropped)."""
+        self.closed = True
+        for t in list(self.tasks):
+            t.cancel()
+
+    async def aclose(self) -> None:
+        """Cancel every task of the run, wait for all of them, then release resources."""
+        self.closed = True
+        for _ in range(10):
+            pending = [t for t in self.tasks if not t.done()]
+            if not pending:
+                break
+            for t in pending:
+                t.cancel()
+            await asyncio.wait(pending)
+        for t in list(self.tasks):
+            if t.done() and not t.cancelled():
+                t.exception()
+        while self.resources:
+            closer = self.resources.pop()
+            res = closer()
+            if asyncio.iscoroutine(res):
+                await res
+
+    def stats(self) -> RunStats:
+        return RunStats.from_meters(list(self.meters.values()), perf_counter() - self.started)
+
+
+async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter) -> None:
+    """Drive a (fused) stage generator and push its chunks into ``chan``."""
+    pc = perf_counter
+    try:
+        async for chunk in gen:
+            if chan.full_for(chunk):
+                t0 = pc()
+                await chan.put(chunk)
+                meter.t_wait_out += pc() - t0
+            else:
+                await chan.put(chunk)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        chan.close(e)
+    else:
+        chan.close()
+    finally:
+        await gen.aclose()

@@ -1,0 +1,248 @@
+"""Batching: batch, unbatch, rebatch, window, and the default collate.
+
+The default collate follows torch's ``default_collate`` shape rules with numpy: numpy
+arrays are stacked, numbers become an array, dicts/tuples/lists are collated field by
+field, anything else (strings, bytes, objects) is kept as a list.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._runtime import ChunkIter, Ctx, Opener, aclosing
+from .errors import PipelineError, annotate
+
+__all__ = [
+    "build_batch",
+    "build_rebatch",
+    "build_unbatch",
+    "build_window",
+    "card_batch",
+    "card_window",
+    "default_collate",
+    "resolve_collate",
+    "split_rows",
+]
+
+_SCALARS = (bool, int, float, complex, np.generic)
+
+
+def default_collate(items: Sequence[Any]) -> Any:
+    """Stack a list of samples into one batch.
+
+    Example:
+        >>> import numpy as np
+        >>> b = default_collate([{"x": np.zeros(2), "y": 1}, {"x": np.ones(2), "y": 0}])
+        >>> b["x"].shape, b["y"].tolist()
+        ((2, 2), [1, 0])
+    """
+    first = items[0]
+    if isinstance(first, np.ndarray):
+        return np.stack(items)
+    if isinstance(first, _SCALARS):
+        return np.asarray(items)
+    if isinstance(first, Mapping):
+        return {k: default_collate([d[k] for d in items]) for k in first}
+    if isinstance(first, tuple):
+        cols = [default_collate(list(col)) for col in zip(*items, strict=True)]
+        if hasattr(first, "_fields"):  # a namedtuple keeps its type
+            return type(first)(*cols)
+        return tuple(cols)
+    if isinstance(first, list):
+        return [default_collate(list(col)) for col in zip(*items, strict=True)]
+    return list(items)
+
+
+def _keep_list(items: Sequence[Any]) -> Any:
+    return items if isinstance(items, list) else list(items)
+
+
+def resolve_collate(collate: Any) -> Callable[[Sequence[Any]], Any]:
+    """``None`` -> default collate; ``list`` -> plain lists; a callable -> itself."""
+    if collate is None:
+        return default_collate
+    if collate is list:
+        return _keep_list
+    if isinstance(collate, str):
+        raise PipelineError(f"unknown collate name {collate!r}")
+    if callable(collate):
+        return collate
+    raise PipelineError(f"collate must be None, list, a name or a callable, got {collate!r}")
+
+
+def split_rows(batch: Any) -> list[Any]:
+    """The samples of a batch (the inverse of the default collate)."""
+    if isinstance(batch, np.ndarray):
+        if batch.ndim == 0:
+            raise PipelineError("unbatch: cannot split a 0-d array into rows")
+        return list(batch)
+    if isinstance(batch, Mapping):
+        keys = list(batch)
+        cols = [split_rows(batch[k]) for k in keys]
+        return [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
+    if isinstance(batch, tuple):
+        cols = [split_rows(c) for c in batch]
+        rows = zip(*cols, strict=True)
+        if hasattr(batch, "_fields"):
+            return [type(batch)(*r) for r in rows]
+        return [tuple(r) for r in rows]
+    if isinstance(batch, list):
+        return batch  # a list batch (collate=list) is its samples
+    if isinstance(batch, str | bytes) or not hasattr(batch, "__len__"):
+        raise PipelineError(f"unbatch: cannot split a {type(batch).__name__} into rows")
+    return [batch[i] for i in range(len(batch))]
+
+
+def build_batch(
+    size: int, drop_remainder: bool, collate: Any
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise PipelineError(f"batch size must be a positive int, got {size!r}")
+    fn = resolve_collate(collate)
+
+    async def batch(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+        buf: list[Any] = []
+        nb = 0
+        async with aclosing(src):
+            async for chunk in src:
+                if buf:
+                    buf.extend(chunk)
+                else:
+                    buf = chunk
+                if len(buf) < size:
+                    if buf is chunk:
+                        buf = list(chunk)  # chunks are not ours to grow
+                    continue
+                out = []
+                end = len(buf) - len(buf) % size
+                try:
+                    for i in range(0, end, size):
+                        out.append(fn(buf[i : i + size]))
+                        nb += 1
+                except Exception as e:
+                    if out:
+                        yield out
+                    raise annotate(e, ctx.name, nb) from None
+                buf = buf[end:]
+                yield out
+            if buf and not drop_remainder:
+                try:
+                    last = fn(buf)
+                except Exception as e:
+                    raise annotate(e, ctx.name, nb) from None
+                yield [last]
+
+    return lambda ctx, inputs: batch(inputs[0](), ctx)
+
+
+def card_batch(size: int, drop_remainder: bool) -> Callable[[Sequence[int]], int]:
+    def card(cs: Sequence[int]) -> int:
+        c = cs[0]
+        if c < 0:
+            return c
+        return c // size if drop_remainder else -(-c // size)
+
+    return card
+
+
+async def _rows(src: ChunkIter, ctx: Ctx, kinds: list[type] | None = None) -> ChunkIter:
+    nb = 0
+    async with aclosing(src):
+        async for chunk in src:
+            out: list[Any] = []
+            for b in chunk:
+                try:
+                    rows = split_rows(b)
+                except Exception as e:
+                    if out:
+                        yield out
+                    raise annotate(e, ctx.name, nb) from None
+                if kinds is not None and not kinds:
+                    kinds.append(type(b))
+                nb += 1
+                out.extend(rows)
+            if out:
+                yield out
+
+
+def build_unbatch() -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    return lambda ctx, inputs: _rows(inputs[0](), ctx)
+
+
+def build_rebatch(size: int, drop_remainder: bool) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise PipelineError(f"rebatch size must be a positive int, got {size!r}")
+
+    def collate_like(items: Sequence[Any], kinds: list[type]) -> Any:
+        # list batches stay lists; anything else is re-stacked by the default collate
+        return _keep_list(items) if kinds and issubclass(kinds[0], list) else default_collate(items)
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        kinds: list[type] = []
+        rows = _rows(inputs[0](), ctx, kinds)
+        inner = build_batch(size, drop_remainder, lambda items: collate_like(items, kinds))
+        return inner(ctx, [lambda: rows])
+
+    return build
+
+
+def build_window(
+    size: int, shift: int | None, drop_remainder: bool
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise PipelineError(f"window size must be a positive int, got {size!r}")
+    step = size if shift is None else shift
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise PipelineError(f"window shift must be a positive int, got {shift!r}")
+
+    async def window(src: ChunkIter) -> ChunkIter:
+        buf: deque[Any] = deque()
+        start = 0  # index of the first item of the next window
+        seen = 0
+        async with aclosing(src):
+            async for chunk in src:
+                out = []
+                for x in chunk:
+                    i = seen
+                    seen += 1
+                    if i < start:
+                        continue  # in the gap between windows (shift > size)
+                    buf.append(x)
+                    if i == start + size - 1:
+                        out.append(list(buf))
+                        start += step
+                        for _ in range(min(step, len(buf))):
+                            buf.popleft()
+                if out:
+                    yield out
+        if not drop_remainder:
+            out = []
+            while start < seen and buf:
+                out.append(list(buf))
+                start += step
+                for _ in range(min(step, len(buf))):
+                    buf.popleft()
+            if out:
+                yield out
+
+    return lambda ctx, inputs: window(inputs[0]())
+
+
+def card_window(
+    size: int, shift: int | None, drop_remainder: bool
+) -> Callable[[Sequence[int]], int]:
+    step = size if shift is None else shift
+
+    def card(cs: Sequence[int]) -> int:
+        c = cs[0]
+        if c < 0:
+            return c
+        if drop_remainder:
+            return 0 if c < size else (c - size) // step + 1
+        return -(-c // step)
+
+    return card

@@ -1,0 +1,127 @@
+"""Every error the framework raises, in one place.
+
+The tree::
+
+    Exception
+     └── AioflowError                 base of everything aioflow itself raises
+          ├── PipelineError           a pipeline was described wrongly (bad argument, bad state)
+          ├── StageError              a stage broke for a reason that is not the user's exception
+          │    └── WorkerDied         a worker process died (signal or exit code)
+          ├── StageTimeout            one call of a user function exceeded ``timeout=``
+          │                           (also a ``TimeoutError``)
+          ├── NextTimeout             ``iter(timeout=)``/``aiter(timeout=)`` waited too long for
+          │                           the next item (also a ``TimeoutError``)
+          └── StateMismatch           a ``state_dict`` from another pipeline was given to resume
+
+A user function's own exception is never wrapped: it is re-raised as itself, with a
+note (``add_note``) naming the stage and the position of the failing item. Cancellation
+of the consuming task and exceptions raised in the consumer's own loop body pass through
+unchanged.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AioflowError",
+    "NextTimeout",
+    "PipelineError",
+    "StageError",
+    "StageTimeout",
+    "StateMismatch",
+    "WorkerDied",
+    "annotate",
+]
+
+_NOTE_PREFIX = "aioflow: "
+
+
+class AioflowError(Exception):
+    """Base class of every error aioflow itself raises.
+
+    Example:
+        >>> import aioflow as af
+        >>> issubclass(af.WorkerDied, af.AioflowError)
+        True
+    """
+
+
+class PipelineError(AioflowError, ValueError):
+    """Raised when a pipeline is built or used wrongly: a bad argument, a bad state.
+
+    Raised by the method or function that was given the bad argument, at the time the
+    pipeline is described when that can be checked, else when the run reaches it. It is
+    also a ``ValueError`` so code written for tf.data or torch catches it.
+    """
+
+
+class StageError(AioflowError):
+    """Raised by a stage that failed for a reason of its own, not a user exception.
+
+    ``stage`` names the stage. Subclasses say why.
+    """
+
+    def __init__(self, message: str, *, stage: str | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+class WorkerDied(StageError):
+    """Raised in the consumer when a worker process of a ``"process"`` map dies.
+
+    ``pid`` is the worker's process id where known, ``signal`` the signal number that
+    killed it (or ``None``), ``exitcode`` its exit code (or ``None``). The broken pool is
+    discarded; the next run starts a fresh one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stage: str | None = None,
+        pid: int | None = None,
+        signal: int | None = None,
+        exitcode: int | None = None,
+    ) -> None:
+        super().__init__(message, stage=stage)
+        self.pid = pid
+        self.signal = signal
+        self.exitcode = exitcode
+
+
+class StageTimeout(AioflowError, TimeoutError):
+    """Raised when one call of a user function exceeds the stage's ``timeout=``.
+
+    The message names the stage and the item's position. A hung process worker is killed.
+    """
+
+
+class NextTimeout(AioflowError, TimeoutError):
+    """Raised by an iterator made with ``timeout=`` when the next item took longer.
+
+    The run stays usable: the caller may call ``next`` again or close it.
+    """
+
+
+class StateMismatch(AioflowError, ValueError):
+    """Raised by ``p.iter(state=...)`` when the state was taken from another pipeline."""
+
+
+def annotate(exc: BaseException, stage: str, position: int | None = None) -> BaseException:
+    """Attach where an exception happened (stage, item position) as a note, once.
+
+    The exception object itself is kept: callers re-raise the same object.
+
+    Example:
+        >>> e = annotate(ValueError("bad"), "map(parse)", 3)
+        >>> e.__notes__
+        ["aioflow: raised in stage 'map(parse)' at item 3"]
+    """
+    notes = getattr(exc, "__notes__", None) or ()
+    if any(n.startswith(_NOTE_PREFIX) for n in notes if isinstance(n, str)):
+        return exc
+    where = f" at item {position}" if position is not None else ""
+    try:
+        exc.add_note(f"{_NOTE_PREFIX}raised in stage {stage!r}{where}")
+    except Exception:  # pragma: no cover - an exception type that refuses notes
+        pass
+    return exc

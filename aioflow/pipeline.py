@@ -1,0 +1,526 @@
+"""The fluent ``Pipeline``: a lazy, immutable, re-iterable description of a data stream.
+
+Every method returns a new ``Pipeline`` that points at the one it was called on; nothing
+runs until it is iterated. Each iteration is a fresh run (see ``_runtime.Run``). The
+methods here are one line each: the operators themselves live in their family modules
+(``transforms``, ``batching``, ``combine``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Executor
+from typing import Any, Generic, TypeVar, overload
+
+from . import batching as _b
+from . import transforms as _t
+from ._calls import fn_name
+from ._iterators import AsyncPipelineIterator, PipelineIterator
+from ._runtime import CHANNEL_ITEMS, CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, Node
+from .errors import PipelineError
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+__all__ = ["INFINITE", "UNKNOWN", "Pipeline"]
+
+#: ``cardinality()`` of a pipeline that never ends (``repeat()``).
+INFINITE = INFINITE_CARD
+#: ``cardinality()`` of a pipeline whose length cannot be known without running it.
+UNKNOWN = UNKNOWN_CARD
+
+OnError = str | int
+
+
+def _check_int(name: str, v: Any, lo: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
+        want = "an int" if lo is None else f"an int >= {lo}"
+        raise PipelineError(f"{name} must be {want}, got {v!r}")
+    return v
+
+
+class Pipeline(Generic[T]):
+    """A lazy, immutable, re-iterable description of a stream of items.
+
+    Iterate it with ``for`` (a sync adapter runs it on a background event loop) or
+    ``async for`` (it runs on the caller's loop); each iteration is a new epoch.
+
+    Example:
+        >>> import aioflow as af
+        >>> p = af.range(10).filter(lambda x: x % 2 == 0).map(lambda x: x * x).batch(2)
+        >>> [b.tolist() for b in p]
+        [[0, 4], [16, 36], [64]]
+    """
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def _then(self, name: str, build: Any, **kw: Any) -> Pipeline[Any]:
+        return Pipeline(Node(name, build, inputs=(self,), **kw))
+
+    def __repr__(self) -> str:
+        names = []
+        p: Pipeline[Any] | None = self
+        while p is not None:
+            names.append(p._node.name)
+            p = p._node.inputs[0] if len(p._node.inputs) == 1 else None
+        return f"<Pipeline {' -> '.join(reversed(names))}>"
+
+    # -- per-item transforms ------------------------------------------------------------
+    @overload
+    def map(
+        self,
+        fn: Callable[[T], Awaitable[U]],
+        *,
+        concurrency: int = 1,
+        executor: str | Executor | None = None,
+        ordered: bool = True,
+        on_error: OnError = "raise",
+        timeout: float | None = None,
+    ) -> Pipeline[U]: ...
+
+    @overload
+    def map(
+        self,
+        fn: Callable[[T], U],
+        *,
+        concurrency: int = 1,
+        executor: str | Executor | None = None,
+        ordered: bool = True,
+        on_error: OnError = "raise",
+        timeout: float | None = None,
+    ) -> Pipeline[U]: ...
+
+    def map(
+        self,
+        fn: Callable[[T], Any],
+        *,
+        concurrency: int = 1,
+        executor: str | Executor | None = None,
+        ordered: bool = True,
+        on_error: OnError = "raise",
+        timeout: float | None = None,
+    ) -> Pipeline[Any]:
+        """Apply ``fn`` to every item.
+
+        ``fn`` may be sync or ``async``. With ``executor=None`` a sync ``fn`` runs inline
+        on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` and
+        ``"process"`` run it in a pool the run owns (``concurrency`` workers), and any
+        ``concurrent.futures.Executor`` (the caller's, kept open) works too.
+        ``ordered=False`` yields results in completion order. ``on_error`` is
+        ``"raise"``, ``"skip"`` or an int max_failures; ``timeout`` bounds one call.
+        Memory: at most ``concurrency`` calls in flight. On cancellation every call in
+        flight is cancelled and awaited.
+
+        Example:
+            >>> import asyncio, aioflow as af
+            >>> async def slow_double(x):
+            ...     await asyncio.sleep(0.01)
+            ...     return 2 * x
+            >>> af.range(5).map(slow_double, concurrency=5).to_list()
+            [0, 2, 4, 6, 8]
+        """
+        build = _t.build_map(
+            fn,
+            concurrency=concurrency,
+            executor=executor,
+            ordered=ordered,
+            on_error=on_error,
+            timeout=timeout,
+        )
+        own = concurrency != 1 or executor is not None or timeout is not None
+        return self._then(
+            f"map({fn_name(fn)})",
+            build,
+            task=own,
+            holds=max(concurrency, 1) + CHUNK_MAX,
+            key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
+        )
+
+    def filter(
+        self,
+        pred: Callable[[T], Any],
+        *,
+        concurrency: int = 1,
+        executor: str | Executor | None = None,
+        ordered: bool = True,
+        on_error: OnError = "raise",
+        timeout: float | None = None,
+    ) -> Pipeline[T]:
+        """Keep the items for which ``pred(x)`` is true (sync or ``async`` ``pred``).
+
+        Takes the same keyword options as ``map``.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(6).filter(lambda x: x % 3 == 0).to_list()
+            [0, 3]
+        """
+        build = _t.build_map(
+            pred,
+            concurrency=concurrency,
+            executor=executor,
+            ordered=ordered,
+            on_error=on_error,
+            timeout=timeout,
+            keep=True,
+        )
+        own = concurrency != 1 or executor is not None or timeout is not None
+        return self._then(
+            f"filter({fn_name(pred)})",
+            build,
+            task=own,
+            card=lambda cs: UNKNOWN_CARD if cs[0] != INFINITE_CARD else INFINITE_CARD,
+            holds=max(concurrency, 1) + CHUNK_MAX,
+            key=(pred, concurrency, ordered),
+        )
+
+    def flat_map(self, fn: Callable[[T], Any]) -> Pipeline[Any]:
+        """Replace every item by the items of ``fn(item)``.
+
+        ``fn`` returns an iterable, an async iterable or a ``Pipeline``; they are read
+        one after another, in order.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(3).flat_map(lambda n: [n] * n).to_list()
+            [1, 2, 2]
+        """
+        return self._then(
+            f"flat_map({fn_name(fn)})",
+            _t.build_flat_map(fn),
+            card=lambda _: UNKNOWN_CARD,
+            key=(fn,),
+        )
+
+    def scan(self, initial_state: Any, fn: Callable[[Any, T], tuple[Any, U]]) -> Pipeline[U]:
+        """Carry a state through the stream: ``fn(state, x) -> (state, y)`` yields ``y``.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(5).scan(0, lambda s, x: (s + x, s + x)).to_list()
+            [0, 1, 3, 6, 10]
+        """
+        return self._then(f"scan({fn_name(fn)})", _t.build_scan(initial_state, fn), key=(fn,))
+
+    def enumerate(self, start: int = 0) -> Pipeline[tuple[int, T]]:
+        """Pairs ``(i, item)`` counting from ``start``.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.from_iterable("ab").enumerate(start=1).to_list()
+            [(1, 'a'), (2, 'b')]
+        """
+        _check_int("start", start)
+        return self._then(
+            "enumerate", lambda ctx, ins: _t.enumerate_chunks(ins[0](), start), key=(start,)
+        )
+
+    def take(self, n: int) -> Pipeline[T]:
+        """The first ``n`` items (all of them when ``n`` is -1); stops the upstream early.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(100).take(3).to_list()
+            [0, 1, 2]
+        """
+        _check_int("take count", n, -1)
+        return self._then("take", _t.build_take(n), card=_t.card_take(n), key=(n,))
+
+    def skip(self, n: int) -> Pipeline[T]:
+        """Everything after the first ``n`` items (nothing when ``n`` is -1).
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(5).skip(3).to_list()
+            [3, 4]
+        """
+        _check_int("skip count", n, -1)
+        return self._then(
+            "skip", lambda ctx, ins: _t.skip_chunks(ins[0](), n), card=_t.card_skip(n), key=(n,)
+        )
+
+    def repeat(self, count: int | None = None) -> Pipeline[T]:
+        """Run the upstream ``count`` times (forever when ``None`` or -1), each a new epoch.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(2).repeat(3).to_list()
+            [0, 1, 0, 1, 0, 1]
+        """
+        if count is not None:
+            _check_int("repeat count", count, -1)
+        return self._then(
+            "repeat", _t.build_repeat(count), card=_t.card_repeat(count), key=(count,)
+        )
+
+    def shard(self, num_shards: int, index: int) -> Pipeline[T]:
+        """Every ``num_shards``-th item starting at ``index`` (see ``af.shard_from_env()``).
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(10).shard(3, 1).to_list()
+            [1, 4, 7]
+        """
+        _check_int("num_shards", num_shards, 1)
+        _check_int("index", index, 0)
+        if index >= num_shards:
+            raise PipelineError(f"shard index must be < num_shards ({num_shards}), got {index}")
+        return self._then(
+            "shard",
+            _t.build_shard(num_shards, index),
+            card=_t.card_shard(num_shards, index),
+            key=(num_shards, index),
+        )
+
+    def prefetch(self, n: int) -> Pipeline[T]:
+        """A background task keeps up to ``n`` items ready (``af.AUTOTUNE``: a default).
+
+        The stages before it run ahead of the consumer in a task of their own.
+        Memory: at most ``n`` items wait in its buffer. ``prefetch(0)`` does nothing.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(5).prefetch(2).to_list()
+            [0, 1, 2, 3, 4]
+        """
+        size = _t.prefetch_size(n)
+        if size == 0:
+            return self
+        return self._then(
+            f"prefetch({size})",
+            _t.build_prefetch(size),
+            task=True,
+            chunks=size,
+            items=size,
+            key=(size,),
+        )
+
+    def pipe(self, stage: Callable[[AsyncIterator[T]], AsyncIterator[U]]) -> Pipeline[U]:
+        """Insert your own stage: an async generator function over the items.
+
+        Example:
+            >>> import aioflow as af
+            >>> async def pairs(items):
+            ...     prev = None
+            ...     async for x in items:
+            ...         if prev is not None:
+            ...             yield (prev, x)
+            ...         prev = x
+            >>> af.range(4).pipe(pairs).to_list()
+            [(0, 1), (1, 2), (2, 3)]
+        """
+        return self._then(
+            f"pipe({fn_name(stage)})",
+            _t.build_pipe(stage),
+            card=lambda _: UNKNOWN_CARD,
+            key=(stage,),
+        )
+
+    def apply(self, fn: Callable[[Pipeline[T]], Pipeline[U]]) -> Pipeline[U]:
+        """``fn(self)``: package a reusable chain of operators.
+
+        Example:
+            >>> import aioflow as af
+            >>> def evens_squared(p):
+            ...     return p.filter(lambda x: x % 2 == 0).map(lambda x: x * x)
+            >>> af.range(5).apply(evens_squared).to_list()
+            [0, 4, 16]
+        """
+        out = fn(self)
+        if not isinstance(out, Pipeline):
+            raise PipelineError(
+                f"apply: {fn_name(fn)} returned {type(out).__name__}, not a Pipeline"
+            )
+        return out
+
+    # -- batching -----------------------------------------------------------------------
+    def batch(
+        self, size: int, *, drop_remainder: bool = False, collate: Any = None
+    ) -> Pipeline[Any]:
+        """Group ``size`` consecutive items into a batch.
+
+        The default collate stacks numpy arrays and numbers into arrays and recurses into
+        dicts, tuples and lists; ``collate=list`` keeps plain lists, and any callable
+        ``collate(items) -> batch`` works. The last, short batch is kept unless
+        ``drop_remainder``. Memory: one batch being built.
+
+        Example:
+            >>> import aioflow as af
+            >>> [b.tolist() for b in af.range(5).batch(2)]
+            [[0, 1], [2, 3], [4]]
+            >>> af.range(5).batch(2, drop_remainder=True, collate=list).to_list()
+            [[0, 1], [2, 3]]
+        """
+        return self._then(
+            f"batch({size})",
+            _b.build_batch(size, drop_remainder, collate),
+            card=_b.card_batch(size, drop_remainder),
+            holds=size,
+            key=(size, drop_remainder, collate),
+        )
+
+    def unbatch(self) -> Pipeline[Any]:
+        """Split batches back into their items (arrays by rows, dicts and tuples by field).
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(5).batch(2).unbatch().map(int).to_list()
+            [0, 1, 2, 3, 4]
+        """
+        return self._then("unbatch", _b.build_unbatch(), card=lambda _: UNKNOWN_CARD)
+
+    def rebatch(self, size: int, *, drop_remainder: bool = False) -> Pipeline[Any]:
+        """Cut the stream of batches into batches of ``size`` items.
+
+        Example:
+            >>> import aioflow as af
+            >>> [b.tolist() for b in af.range(7).batch(3).rebatch(2)]
+            [[0, 1], [2, 3], [4, 5], [6]]
+        """
+        return self._then(
+            f"rebatch({size})",
+            _b.build_rebatch(size, drop_remainder),
+            card=lambda _: UNKNOWN_CARD,
+            holds=size,
+            key=(size, drop_remainder),
+        )
+
+    def window(
+        self, size: int, *, shift: int | None = None, drop_remainder: bool = False
+    ) -> Pipeline[list[T]]:
+        """Lists of ``size`` consecutive items, a new one every ``shift`` items (default: size).
+
+        As in tf.data, the trailing windows are shorter unless ``drop_remainder``.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(7).window(3, shift=2).to_list()
+            [[0, 1, 2], [2, 3, 4], [4, 5, 6], [6]]
+        """
+        return self._then(
+            f"window({size})",
+            _b.build_window(size, shift, drop_remainder),
+            card=_b.card_window(size, shift, drop_remainder),
+            holds=size,
+            key=(size, shift, drop_remainder),
+        )
+
+    # -- parallel: interleave (issue 3) ---------------------------------------------------
+
+    # -- ordering, grouping, sampling (issue 4) ------------------------------------------
+
+    # -- io and caching (issue 5) --------------------------------------------------------
+
+    # -- running ------------------------------------------------------------------------
+    def iter(
+        self, state: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> PipelineIterator[T]:
+        """A sync iterator over a new run; ``with p.iter() as it:`` closes it for sure.
+
+        ``state`` (from ``it.state_dict()``) resumes after the items already yielded;
+        ``timeout`` bounds the wait for each item (``af.NextTimeout``, a TimeoutError).
+
+        Example:
+            >>> import aioflow as af
+            >>> with af.range(3).iter() as it:
+            ...     next(it), it.stats()["range"].items_out
+            (0, 3)
+        """
+        return PipelineIterator(self, state=state, timeout=timeout)
+
+    def aiter(
+        self, state: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> AsyncPipelineIterator[T]:
+        """An async iterator over a new run; ``async with p.aiter() as it:`` closes it.
+
+        Example:
+            >>> import asyncio, aioflow as af
+            >>> async def first():
+            ...     async with af.range(3).aiter() as it:
+            ...         return await anext(it)
+            >>> asyncio.run(first())
+            0
+        """
+        return AsyncPipelineIterator(self, state=state, timeout=timeout)
+
+    def __iter__(self) -> Iterator[T]:
+        # a generator, so that `break` (the generator is dropped) closes the run at once
+        with self.iter() as it:
+            yield from it
+
+    def __aiter__(self) -> AsyncPipelineIterator[T]:
+        return self.aiter()
+
+    def to_list(self) -> list[T]:
+        """Run the pipeline once and return its items (works inside a running loop too).
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(3).to_list()
+            [0, 1, 2]
+        """
+        with self.iter() as it:
+            return list(it)
+
+    async def collect(self) -> list[T]:
+        """Run the pipeline once on the caller's loop and return its items.
+
+        Example:
+            >>> import asyncio, aioflow as af
+            >>> asyncio.run(af.range(3).collect())
+            [0, 1, 2]
+        """
+        async with self.aiter() as it:
+            return [x async for x in it]
+
+    def cardinality(self) -> int:
+        """The number of items, or ``af.INFINITE`` / ``af.UNKNOWN`` (tf.data's rules).
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(10).batch(3).cardinality(), af.range(3).repeat().cardinality()
+            (4, -1)
+        """
+        node = self._node
+        return node.card([q.cardinality() for q in node.inputs])
+
+    def __len__(self) -> int:
+        n = self.cardinality()
+        if n == INFINITE_CARD:
+            raise TypeError("the pipeline is infinite (repeat()): it has no len()")
+        if n < 0:
+            raise TypeError("the pipeline's length is unknown (after filter, flat_map, ...)")
+        return n
+
+    def max_inflight(self) -> int:
+        """The static bound on items a run of this pipeline holds at once.
+
+        It adds up, over every stage, the channel after it (stages in their own task),
+        the chunk it may be working on, and what it holds itself (calls in flight, a batch
+        being built, a shuffle buffer), plus the consumer's side.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(10).prefetch(4).max_inflight() > 4
+            True
+        """
+        seen: set[int] = set()
+        total = CHANNEL_ITEMS + 4 * CHUNK_MAX  # the output channel and the consumer's side
+
+        def walk(p: Pipeline[Any]) -> None:
+            nonlocal total
+            node = p._node
+            if id(node) in seen:
+                return
+            seen.add(id(node))
+            total += node.holds + CHUNK_MAX
+            if node.task:
+                total += min(node.items, node.chunks * CHUNK_MAX)
+            for q in node.inputs:
+                walk(q)
+
+        walk(self)
+        return total

@@ -1,0 +1,182 @@
+"""Sources: where items come from. Each function returns a ``Pipeline``.
+
+A source runs in a task of its own. A sync iterable is read on the run's event loop in
+chunks whose size adapts to how long items take (one item at first, up to
+``CHUNK_MAX`` when they are cheap), so a slow generator still gives its first item at
+once and a fast one moves in large chunks.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
+from itertools import islice
+from time import perf_counter
+from typing import Any, TypeVar
+
+from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from .errors import PipelineError, annotate
+from .pipeline import Pipeline
+
+T = TypeVar("T")
+
+__all__ = ["from_dataflow", "from_iterable", "range"]
+
+# A chunk should take about this long to make: long enough to amortize the hand-off,
+# short enough that a slow source never holds the loop for long.
+_CHUNK_SECONDS = 0.0005
+
+
+async def sync_chunks(it: Iterator[Any], ctx: Ctx) -> ChunkIter:
+    """Read a sync iterator in adaptive chunks; items before an error are delivered first."""
+    n = 1
+    pos = 0
+    pc = perf_counter
+    while True:
+        chunk: list[Any] = []
+        t0 = pc()
+        try:
+            chunk.extend(islice(it, n))
+        except Exception as e:
+            if chunk:
+                yield chunk
+            raise annotate(e, ctx.name, pos + len(chunk)) from None
+        if not chunk:
+            return
+        dt = pc() - t0
+        pos += len(chunk)
+        yield chunk
+        if len(chunk) < n:
+            return
+        if dt < _CHUNK_SECONDS / 2:
+            if n < CHUNK_MAX:
+                n *= 2
+        elif dt > 2 * _CHUNK_SECONDS and n > 1:
+            n //= 2
+
+
+async def async_chunks(ait: AsyncIterable[Any], ctx: Ctx) -> ChunkIter:
+    """Read an async iterable one item per chunk (it decides its own pace)."""
+    pos = 0
+    agen = aiter(ait)
+    try:
+        while True:
+            try:
+                x = await anext(agen)
+            except StopAsyncIteration:
+                return
+            except Exception as e:
+                raise annotate(e, ctx.name, pos) from None
+            pos += 1
+            yield [x]
+    finally:
+        close = getattr(agen, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def iterable_chunks(obj: Any, ctx: Ctx) -> ChunkIter:
+    """Chunks of any sync or async iterable."""
+    if isinstance(obj, Pipeline):
+        return ctx.open(obj)
+    if isinstance(obj, AsyncIterable):
+        return async_chunks(obj, ctx)
+    if isinstance(obj, Iterable):
+        return sync_chunks(iter(obj), ctx)
+    raise PipelineError(
+        f"{ctx.name}: expected an iterable, an async iterable or a Pipeline,"
+        f" got {type(obj).__name__}"
+    )
+
+
+def _len_or_unknown(obj: Any) -> int:
+    try:
+        n = len(obj)
+    except Exception:
+        return UNKNOWN_CARD
+    return n if isinstance(n, int) and n >= 0 else UNKNOWN_CARD
+
+
+def from_iterable(obj: Iterable[T] | AsyncIterable[T] | Callable[[], Any]) -> Pipeline[T]:
+    """A pipeline over any sync or async iterable, or a callable returning one per epoch.
+
+    A list, a numpy array, a Hugging Face dataset: iterated afresh each epoch. A callable
+    (a generator function, a ``lambda: open(path)``) is called anew for every epoch, so
+    one-shot iterators such as generators should be passed that way.
+
+    Example:
+        >>> import aioflow as af
+        >>> af.from_iterable([1, 2, 3]).map(lambda x: x * 10).to_list()
+        [10, 20, 30]
+        >>> def gen():
+        ...     yield from "ab"
+        >>> af.from_iterable(gen).to_list()
+        ['a', 'b']
+    """
+    is_iter = isinstance(obj, Iterable | AsyncIterable)
+    if not is_iter and not callable(obj):
+        raise PipelineError(
+            f"from_iterable needs an iterable, an async iterable or a callable returning one,"
+            f" got {type(obj).__name__}"
+        )
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        return iterable_chunks(obj if is_iter else obj(), ctx)  # type: ignore[operator]
+
+    card = _len_or_unknown(obj) if is_iter else UNKNOWN_CARD
+    name = "from_iterable"
+    return Pipeline(Node(name, build, card=lambda _: card, task=True, key=(type(obj).__name__,)))
+
+
+def from_dataflow(df: Any) -> Pipeline[Any]:
+    """A pipeline over a tensorpack-style DataFlow (``__iter__``, ``__len__``, ``reset_state``).
+
+    ``reset_state()`` is called once per run, before iterating; ``len(df)``, when it
+    works, gives the pipeline's cardinality.
+
+    Example:
+        >>> import aioflow as af
+        >>> class Squares:
+        ...     def reset_state(self): self.k = 2
+        ...     def __iter__(self): return (i ** self.k for i in builtins.range(4))
+        ...     def __len__(self): return 4
+        >>> p = af.from_dataflow(Squares())
+        >>> len(p), p.to_list()
+        (4, [0, 1, 4, 9])
+    """
+    if not hasattr(df, "__iter__"):
+        raise PipelineError(f"from_dataflow needs an object with __iter__, got {type(df).__name__}")
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        reset = getattr(df, "reset_state", None)
+        if reset is not None:
+            reset()
+        return iterable_chunks(df, ctx)
+
+    card = _len_or_unknown(df)
+    return Pipeline(
+        Node("from_dataflow", build, card=lambda _: card, task=True, key=(type(df).__name__,))
+    )
+
+
+def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
+    """Integers like the builtin ``range``: ``range(stop)`` or ``range(start, stop, step)``.
+
+    Example:
+        >>> import aioflow as af
+        >>> af.range(5).to_list(), af.range(2, 10, 3).to_list(), len(af.range(10, 0, -2))
+        ([0, 1, 2, 3, 4], [2, 5, 8], 5)
+    """
+    r = builtins.range(start) if stop is None else builtins.range(start, stop, step)
+
+    async def gen(ctx: Ctx) -> ChunkIter:
+        for i in builtins.range(0, len(r), CHUNK_MAX):
+            yield list(r[i : i + CHUNK_MAX])
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        return gen(ctx)
+
+    n = len(r)
+    return Pipeline(
+        Node("range", build, card=lambda _: n, task=True, key=(r.start, r.stop, r.step))
+    )
