@@ -20,7 +20,6 @@ from ._calls import (
     concurrent_map,
     inline_map,
     is_async_callable,
-    resolve_executor,
 )
 from ._runtime import (
     CHANNEL_ITEMS,
@@ -87,7 +86,7 @@ def build_map(
             policy,
             concurrency=n,
             ordered=ordered,
-            executor=resolve_executor(executor, n, ctx),
+            executor=executor,
             timeout=timeout,
             post=(lambda x, y: x if y else DROP) if keep else None,
         )
