@@ -317,12 +317,20 @@ async def concurrent_map(
     loop = asyncio.get_running_loop()
     calls = _calls(fn, executor, concurrency, timeout, ordered, ctx)
     batched = calls.batched
-    sem = asyncio.Semaphore(calls.slots)
+    # ``running`` bounds the calls in flight and frees a slot as soon as a call ends;
+    # ``window`` bounds the calls started but not yet delivered (results waiting for an
+    # earlier, slower call in an ordered map), which is what bounds the memory
+    running = asyncio.Semaphore(calls.slots)
+    window = asyncio.Semaphore(2 * calls.slots)
     # (pos, arg, future) in input order (ordered) or completion order (unordered)
     results: asyncio.Queue[Any] = asyncio.Queue()
     inflight: set[asyncio.Future[Any]] = set()
     launched = 0
     ctx.meter.concurrency = concurrency
+
+    def finished(fut: asyncio.Future[Any]) -> None:
+        inflight.discard(fut)
+        running.release()
 
     def launch(arg: Any, pos: int) -> None:
         fut: asyncio.Future[Any]
@@ -332,7 +340,7 @@ async def concurrent_map(
             fut = loop.create_future()
             fut.set_exception(e)
         inflight.add(fut)
-        fut.add_done_callback(inflight.discard)
+        fut.add_done_callback(finished)
         if ordered:
             results.put_nowait((pos, arg, fut))
         else:
@@ -346,7 +354,8 @@ async def concurrent_map(
                 async for chunk in src:
                     i, n = 0, len(chunk)
                     while i < n:
-                        await sem.acquire()
+                        await window.acquire()
+                        await running.acquire()
                         if batched:
                             k = calls.size()
                             launch(chunk[i : i + k], pos + i)
@@ -396,7 +405,7 @@ async def concurrent_map(
             try:
                 y = await fut
             except Exception as e:
-                sem.release()
+                window.release()
                 received += 1
                 if policy.skip(e, ctx, pos):
                     continue
@@ -404,7 +413,7 @@ async def concurrent_map(
                     yield out
                     out = []
                 raise annotate(e, ctx.name, pos) from None
-            sem.release()
+            window.release()
             received += 1
             if not batched:
                 y, arg = [y], [arg]

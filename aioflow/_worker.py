@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - Windows: results always travel in the 
 __all__ = ["OOB_MIN", "Failure", "main", "open_shm", "shm_dir_names", "unlink_shm"]
 
 #: Buffers this large or larger travel through shared memory instead of the socket.
-OOB_MIN = 64 * 1024
+OOB_MIN = 16 * 1024
 #: A failure that could not be sent back is described by this header line.
 _UNSENDABLE = "could not be sent back from the worker process"
 
@@ -65,7 +65,10 @@ def main(conn: Connection, shm_prefix: str) -> None:
     threading.Thread(target=_read, args=(conn, tasks), name="aioflow-read", daemon=True).start()
     fns: dict[int, Callable[[Any], Any]] = {}
     seq = itertools.count()
-    conn.send_bytes(b"ready")
+    try:
+        conn.send_bytes(b"ready")
+    except OSError:  # the pool closed before this worker was up
+        os._exit(0)
     while True:
         msg = tasks.get()
         task_id, fn_id, fn_bytes, items_bytes = msg
