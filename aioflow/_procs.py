@@ -195,7 +195,7 @@ class ProcessPool:
     def submit(self, fn_id: int, items: list[Any], pos: int) -> asyncio.Future[list[Any]]:
         """Run ``fn`` on ``items`` in a worker: a future of one result or Failure per item."""
         if self.broken is not None:
-            raise self._died(pos, len(items))
+            raise self._died(pos, len(items), running=False)
         try:
             data = pickle.dumps(items, protocol=5)
         except Exception:
@@ -329,19 +329,22 @@ class ProcessPool:
         code = w.proc.exitcode
         sig = -code if code is not None and code < 0 else None
         self.broken = (w.proc.pid, sig, code if sig is None else None)
-        for t in (*w.tasks, *self.pending):
+        for t in w.tasks:
             if not t.fut.done():
                 t.fut.set_exception(self._died(t.pos, t.n))
+        for t in self.pending:
+            if not t.fut.done():
+                t.fut.set_exception(self._died(t.pos, t.n, running=False))
         self.pending.clear()
 
-    def _died(self, pos: int, n: int) -> WorkerDied:
+    def _died(self, pos: int, n: int, *, running: bool = True) -> WorkerDied:
         assert self.broken is not None
         pid, sig, code = self.broken
         how = f"killed by {signal.Signals(sig).name}" if sig else f"exited with code {code}"
         items = f"item {pos}" if n == 1 else f"items {pos}..{pos + n - 1}"
+        when = f"while running {items}" if running else f"before {items} could run"
         return WorkerDied(
-            f"stage {self.stage!r}: worker process {pid} {how} while running {items};"
-            " the pool is discarded",
+            f"stage {self.stage!r}: worker process {pid} {how} {when}; the pool is discarded",
             stage=self.stage,
             pid=pid,
             signal=sig,
