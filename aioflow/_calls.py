@@ -321,7 +321,7 @@ async def concurrent_map(
     # ``window`` bounds the calls started but not yet delivered (results waiting for an
     # earlier, slower call in an ordered map), which is what bounds the memory
     running = asyncio.Semaphore(calls.slots)
-    window = asyncio.Semaphore(2 * calls.slots)
+    window = asyncio.Semaphore(calls.slots + min(calls.slots, CHUNK_MAX))
     # (pos, arg, future) in input order (ordered) or completion order (unordered)
     results: asyncio.Queue[Any] = asyncio.Queue()
     inflight: set[asyncio.Future[Any]] = set()

@@ -157,6 +157,9 @@ class ProcessPool:
         self.timeout = timeout
         self.depth = 2 if queued and timeout is None else 1  # batches sent per worker
         self.slots = workers * self.depth  # batches in flight the stage may start
+        # the stage holds up to 2 x slots batches (see concurrent_map): keep their items
+        # within what ``map`` declares it holds, concurrency + CHUNK_MAX
+        self.max_batch = max(1, (workers + CHUNK_MAX) // (2 * self.slots))
         self.prefix = f"aioflow{os.getpid()}p{next(_pool_ids)}"
         self.workers: list[_Worker] = []
         self.graveyard: list[Any] = []  # killed processes, joined at close
@@ -190,7 +193,7 @@ class ProcessPool:
         """How many items the next batch should carry (1 until a call has been timed)."""
         if self.timeout is not None or self.item_seconds is None:
             return 1
-        return max(1, min(CHUNK_MAX, int(TASK_SECONDS / max(self.item_seconds, 1e-7))))
+        return max(1, min(self.max_batch, int(TASK_SECONDS / max(self.item_seconds, 1e-7))))
 
     def submit(self, fn_id: int, items: list[Any], pos: int) -> asyncio.Future[list[Any]]:
         """Run ``fn`` on ``items`` in a worker: a future of one result or Failure per item."""
