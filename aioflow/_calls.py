@@ -3,7 +3,9 @@
 ``map`` and ``filter`` (and any operator that calls a user function per item) share this
 module: ``ErrorPolicy`` implements ``on_error``, ``inline_map`` the fast path of a sync
 function on the loop, ``concurrent_map`` the path with up to ``concurrency`` calls in
-flight (async functions as tasks, sync ones in an executor), ordered or not.
+flight, ordered or not. What differs between async functions (tasks on the loop), sync
+ones in a thread pool or the caller's ``Executor``, and batches of items in the run's
+process pool (``_procs``) is only how a call starts: one ``_Calls`` kind each.
 """
 
 from __future__ import annotations

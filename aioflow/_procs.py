@@ -50,7 +50,7 @@ from .errors import PipelineError, StageError, StageTimeout, WorkerDied
 __all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool", "ship"]
 
 #: A batch of items sent to a worker should take about this long to compute.
-TASK_SECONDS = 0.005
+TASK_SECONDS = 0.01
 
 _pool_ids = itertools.count()
 _pools: weakref.WeakKeyDictionary[Run, dict[Any, ProcessPool]] = weakref.WeakKeyDictionary()
