@@ -138,8 +138,12 @@ class _Sub:
 
     async def fill(self) -> bool:
         """Take the next chunk as the one at hand; False at the end."""
-        t, self.next = self.next, None
-        chunk = await (t if t is not None else _next_chunk(self.gen))
+        t = self.next
+        if t is None:
+            chunk = await _next_chunk(self.gen)
+        else:
+            chunk = await t
+            self.next = None  # only now: if cancelled while waiting, aclose awaits t
         if chunk is None:
             return False
         self.buf, self.i = chunk, 0

@@ -180,3 +180,23 @@ def test_interleave_bounds_what_it_holds():
     p = af.range(10).interleave(sub, cycle_length=2, concurrency=4)
     q = af.range(10).interleave(sub, cycle_length=2)
     assert p.max_inflight() > q.max_inflight() > af.range(10).max_inflight()
+
+
+async def test_cancelling_the_consumer_closes_every_open_sub_pipeline():
+    active, peak = [0], [0]
+    p = af.range(10).interleave(
+        lambda x: slow_source(x, active, peak), cycle_length=3, concurrency=4
+    )
+
+    async def consume() -> None:
+        async for _ in p:
+            pass
+
+    t = asyncio.ensure_future(consume())
+    await asyncio.sleep(0.025)
+    assert active[0] > 0
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+    assert active[0] == 0
+    assert [x for x in asyncio.all_tasks() if x is not asyncio.current_task()] == []
