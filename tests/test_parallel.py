@@ -297,6 +297,14 @@ def test_unpicklable_function_gives_an_error_naming_the_stage(no_leaks):
         af.range(3).map(locked, executor="process").to_list()
 
 
+def test_async_function_in_a_process_map_is_refused_when_described():
+    async def fetch(x: int) -> int:
+        return x
+
+    with pytest.raises(af.PipelineError, match="async function"):
+        af.range(3).map(fetch, executor="process")
+
+
 def test_unpicklable_result_gives_an_error_naming_the_stage_and_item(no_leaks):
     p = af.range(3).map(lambda x: threading.Lock() if x == 1 else x, executor="process")
     got = []
