@@ -131,8 +131,9 @@ def test_process_map_ships_lambdas_closures_and_test_module_functions(no_leaks):
         .map(lambda x: x * 2, executor="process", concurrency=2)
         .map(add_k, executor="process", concurrency=1)
         .map(square, executor="process", concurrency=1)
+        .filter(lambda y: y % 3 == 0, executor="process", concurrency=1)
     )
-    assert p.to_list() == [(2 * x + 3) ** 2 for x in range(50)]
+    assert p.to_list() == [y for x in range(50) if (y := (2 * x + 3) ** 2) % 3 == 0]
 
 
 def test_process_workers_start_from_the_fork_server_and_ignore_sigint(no_leaks):
