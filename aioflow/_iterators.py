@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -79,7 +79,8 @@ class _Resumable:
             >>> with p.iter() as it:
             ...     first = [next(it), next(it)]
             ...     state = it.state_dict()
-            >>> p.iter(state=state).to_list() if False else list(p.iter(state=state))
+            >>> with p.iter(state=state) as rest:
+            ...     list(rest)
             [2, 3, 4]
         """
         from ._state import make_state
@@ -421,8 +422,3 @@ class PipelineIterator(_Resumable, Generic[T]):
         eng = self._engine
         return eng.run.stats() if eng is not None and eng.run is not None else RunStats((), 0.0)
 
-
-async def _aiter_items(it: AsyncPipelineIterator[T]) -> AsyncIterator[T]:  # pragma: no cover
-    async with it:
-        async for x in it:
-            yield x
