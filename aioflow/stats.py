@@ -1,24 +1,115 @@
 """Per-stage statistics of a run: what each stage did, where it waited, which is slow.
 
-While a run goes, each stage updates a small mutable ``StageMeter`` (a few float and int
-additions per chunk, not per item). ``it.stats()`` turns them into frozen ``StageStats``
-values inside a ``RunStats``, whose ``str()`` is a table naming the bottleneck stage.
+While a run goes, each stage updates a small mutable ``StageMeter``: a few float and int
+additions per chunk (not per item), per call for concurrent stages. ``it.stats()`` turns
+them into frozen ``StageStats`` values inside a ``RunStats``, whose ``str()`` is a table
+naming the bottleneck stage and why, ``_repr_html_`` the same for a notebook, and
+``plot(path)`` a picture of where each stage spends its time.
+
+How the times are measured (all wall-clock seconds):
+
+- ``busy``: time inside the stage's own code. For a stage fused into the task that reads
+  it, the time spent producing its chunks minus the time spent in its inputs; for a stage
+  with ``concurrency`` calls in flight, the summed duration of its calls divided by
+  ``concurrency`` (so ``busy / wall`` is the share of its slots in use).
+- ``wait_in``: time spent waiting for its input: on the channel of an input that runs in a
+  task of its own, or inside a fused input.
+- ``wait_out``: time a stage in a task of its own waited for room in its output channel.
+- ``queue_*``: its output channel, averaged over time: items held and how full it is
+  (``queue_fill``: the larger of the chunk and item fractions of its capacity).
 """
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
-__all__ = ["RunStats", "StageMeter", "StageStats"]
+__all__ = ["QueueMeter", "RunStats", "StageMeter", "StageStats"]
+
+
+class QueueMeter:
+    """Occupancy of one channel over time (internal): its channel calls ``note`` on change."""
+
+    __slots__ = (
+        "area_fill",
+        "area_items",
+        "closed",
+        "fill",
+        "held",
+        "inv_chunks",
+        "inv_items",
+        "meter",
+        "peak",
+        "peak_fill",
+        "t0",
+        "t_last",
+    )
+
+    def __init__(self, meter: StageMeter, max_chunks: int, max_items: int) -> None:
+        self.meter = meter
+        self.inv_chunks = 1.0 / max_chunks
+        self.inv_items = 1.0 / max_items
+        self.t0 = self.t_last = perf_counter()
+        self.fill = 0.0  # as of t_last: the larger of the chunk and item fractions, <= 1
+        self.held = 0  # items held as of t_last
+        self.area_fill = 0.0  # integrals over [t0, t_last]
+        self.area_items = 0.0
+        self.peak = 0
+        self.peak_fill = 0.0
+        self.closed = False
+
+    def note(self, chunks: int, items: int) -> None:
+        """The channel now holds ``chunks`` chunks of ``items`` items in all."""
+        now = perf_counter()
+        dt = now - self.t_last
+        self.t_last = now
+        self.area_fill += self.fill * dt
+        self.area_items += self.held * dt
+        self.held = items
+        f = items * self.inv_items
+        c = chunks * self.inv_chunks
+        if c > f:
+            f = c
+        if f > 1.0:  # a chunk always fits into an empty channel
+            f = 1.0
+        self.fill = f
+        if f > self.peak_fill:
+            self.peak_fill = f
+        if items > self.peak:
+            self.peak = items
+
+    def totals(self, until: float) -> tuple[float, float, float]:
+        """(span, fill integral, items integral) up to ``until``."""
+        if self.closed:
+            return 0.0, 0.0, 0.0
+        dt = max(0.0, until - self.t_last)
+        return (
+            max(0.0, until - self.t0),
+            self.area_fill + self.fill * dt,
+            self.area_items + self.held * dt,
+        )
+
+    def close(self) -> None:
+        """The channel is done: fold its figures into its stage's meter."""
+        m = self.meter
+        span, area_fill, area_items = self.totals(perf_counter())
+        self.closed = True
+        m.q_span += span
+        m.q_area += area_fill
+        m.q_items_area += area_items
+        m.q_peak = max(m.q_peak, self.peak)
+        m.q_peak_fill = max(m.q_peak_fill, self.peak_fill)
+        if self in m.queues:
+            m.queues.remove(self)
 
 
 class StageMeter:
     """Mutable counters of one stage during a run (internal)."""
 
     __slots__ = (
-        "channel",
+        "children",
         "chunks_out",
         "concurrency",
         "errors_skipped",
@@ -26,6 +117,14 @@ class StageMeter:
         "items_out",
         "key",
         "name",
+        "q_area",
+        "q_capacity",
+        "q_items_area",
+        "q_peak",
+        "q_peak_fill",
+        "q_span",
+        "queues",
+        "t_calls",
         "t_next",
         "t_read_wait",
         "t_wait_out",
@@ -35,19 +134,44 @@ class StageMeter:
     def __init__(self, name: str, key: Any, *, task: bool = False) -> None:
         self.name = name
         self.key = key
-        self.task = task
+        self.task = task  # read through a channel (its own task), not fused into its reader
         self.items_out = 0
         self.chunks_out = 0
         self.t_next = 0.0  # time spent producing output, inclusive of fused input stages
         self.t_read_wait = 0.0  # time the reader of this stage's channel waited on it
         self.t_wait_out = 0.0  # time this (task) stage waited for room in its channel
+        self.t_calls = 0.0  # summed duration of calls (stages with concurrency)
         self.errors_skipped = 0
         self.concurrency: int | None = None
         self.inputs: list[StageMeter] = []
-        self.channel: Any = None
+        self.children: list[StageMeter] = []  # sub-pipelines it opened (flat_map, ...)
+        # its output channels: those still open, and the folded figures of those closed
+        self.queues: list[QueueMeter] = []
+        self.q_capacity: int | None = None
+        self.q_span = 0.0
+        self.q_area = 0.0  # integral of the fill fraction over q_span
+        self.q_items_area = 0.0  # integral of items held over q_span
+        self.q_peak = 0
+        self.q_peak_fill = 0.0
+
+    def open_queue(self, max_chunks: int, max_items: int) -> QueueMeter:
+        """A meter for a new output channel of this stage."""
+        qm = QueueMeter(self, max_chunks, max_items)
+        self.queues.append(qm)
+        self.q_capacity = max_items
+        return qm
+
+    def adopt(self, child: StageMeter) -> None:
+        """Record a sub-pipeline's top stage opened by this stage."""
+        if all(c is not child for c in self.children):
+            self.children.append(child)
+
+    def waited_on(self) -> float:
+        """How long the stage reading this one waited for it."""
+        return self.t_read_wait if self.task else self.t_next
 
     def wait_in(self) -> float:
-        return sum(i.t_read_wait if i.task else i.t_next for i in self.inputs)
+        return sum(i.waited_on() for i in (*self.inputs, *self.children))
 
     def items_in(self) -> int:
         return sum(i.items_out for i in self.inputs)
@@ -55,12 +179,12 @@ class StageMeter:
 
 @dataclass(frozen=True)
 class StageStats:
-    """What one stage did in a run (a frozen snapshot).
+    """What one stage did in a run (a frozen snapshot; see the module doc for the times).
 
-    ``busy`` is time spent in the stage itself, ``wait_in`` time spent waiting for its
-    input, ``wait_out`` time spent waiting for room downstream (stages in their own task
-    only); ``queue_mean``/``queue_peak`` describe its output channel against
-    ``queue_capacity`` (items), where it has one.
+    ``concurrency`` is the number of calls a stage may have in flight and ``in_flight``
+    the mean number it had; ``queue_mean``/``queue_peak`` are items in its output channel
+    (mean over time, peak) against ``queue_capacity``, ``queue_fill``/``queue_fill_peak``
+    how full it was (0..1); all ``None`` where the stage has none.
     """
 
     name: str
@@ -71,23 +195,110 @@ class StageStats:
     wait_out: float
     errors_skipped: int = 0
     concurrency: int | None = None
+    in_flight: float | None = None
     own_task: bool = False
     queue_mean: float | None = None
     queue_peak: int | None = None
     queue_capacity: int | None = None
+    queue_fill: float | None = None
+    queue_fill_peak: float | None = None
+    inputs: tuple[str, ...] = ()
+
+
+def _stage_of(
+    m: StageMeter, name: str, inputs: tuple[str, ...], wall: float, until: float
+) -> StageStats:
+    wait_in = m.wait_in()
+    if m.concurrency:
+        busy = m.t_calls / m.concurrency
+        in_flight: float | None = m.t_calls / wall if wall > 0 else 0.0
+    else:
+        busy = max(0.0, m.t_next - wait_in)
+        in_flight = None
+    q: dict[str, Any] = {}
+    if m.q_capacity is not None:
+        span, area_fill, area_items = m.q_span, m.q_area, m.q_items_area
+        peak, peak_fill = m.q_peak, m.q_peak_fill
+        for qm in list(m.queues):  # channels still open
+            s, a, i = qm.totals(until)
+            span, area_fill, area_items = span + s, area_fill + a, area_items + i
+            peak, peak_fill = max(peak, qm.peak), max(peak_fill, qm.peak_fill)
+        q = {
+            "queue_mean": area_items / span if span > 0 else 0.0,
+            "queue_peak": peak,
+            "queue_capacity": m.q_capacity,
+            "queue_fill": area_fill / span if span > 0 else 0.0,
+            "queue_fill_peak": peak_fill,
+        }
+    return StageStats(
+        name=name,
+        items_in=m.items_in(),
+        items_out=m.items_out,
+        busy=busy,
+        wait_in=wait_in,
+        wait_out=m.t_wait_out,
+        errors_skipped=m.errors_skipped,
+        concurrency=m.concurrency,
+        in_flight=in_flight,
+        own_task=m.task,
+        inputs=inputs,
+        **q,
+    )
+
+
+def _ordered(meters: list[StageMeter]) -> list[StageMeter]:
+    """Sources first: every stage after its inputs and the sub-pipelines it opened."""
+    below = {id(i) for m in meters for i in (*m.inputs, *m.children)}
+    seen: set[int] = set()
+    out: list[StageMeter] = []
+
+    def visit(m: StageMeter) -> None:
+        stack: list[tuple[StageMeter, bool]] = [(m, False)]
+        while stack:  # iterative post-order: a long chain must not hit the recursion limit
+            node, expanded = stack.pop()
+            if expanded:
+                out.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for i in reversed((*node.inputs, *node.children)):
+                stack.append((i, False))
+
+    for m in meters:
+        if id(m) not in below:
+            visit(m)
+    for m in meters:  # anything unreachable (cannot happen in a tree, but never drop a row)
+        visit(m)
+    return out
+
+
+def _fill_word(fill: float) -> str:
+    if fill >= 0.7:
+        return f"full ({fill:.0%} on average)"
+    if fill <= 0.3:
+        return f"empty ({fill:.0%} on average)"
+    return f"{fill:.0%} full on average"
 
 
 @dataclass(frozen=True)
 class RunStats:
-    """Statistics of a whole run: one ``StageStats`` per stage, source first.
+    """Statistics of a whole run: one ``StageStats`` per stage, sources first.
+
+    ``str()`` is a table with the bottleneck stage marked ``*`` and a line saying why it is
+    the bottleneck; ``_repr_html_`` is the same table for a notebook; ``plot(path)`` draws
+    it (needs matplotlib: ``pip install 'aioflow[plot]'``).
 
     Example:
         >>> import aioflow as af
         >>> with af.range(10).map(lambda x: x * 2).iter() as it:
         ...     total = sum(it)
         ...     s = it.stats()
-        >>> s["map(<lambda>)"].items_out
-        10
+        >>> s["map(<lambda>)"].items_in, s["map(<lambda>)"].items_out
+        (10, 10)
+        >>> str(s).splitlines()[-1].startswith("bottleneck: ")
+        True
     """
 
     stages: tuple[StageStats, ...]
@@ -95,31 +306,23 @@ class RunStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_meters(cls, meters: list[StageMeter], wall: float) -> RunStats:
-        out = []
-        for m in reversed(meters):  # meters are made sink-first; show the source first
-            wait_in = m.wait_in()
-            ch = m.channel
-            has_q = ch is not None and hasattr(ch, "occupancy_samples")
-            out.append(
-                StageStats(
-                    name=m.name,
-                    items_in=m.items_in(),
-                    items_out=m.items_out,
-                    busy=max(0.0, m.t_next - wait_in),
-                    wait_in=wait_in,
-                    wait_out=m.t_wait_out,
-                    errors_skipped=m.errors_skipped,
-                    concurrency=m.concurrency,
-                    own_task=m.task,
-                    queue_mean=(ch.occupancy_sum / ch.occupancy_samples)
-                    if has_q and ch.occupancy_samples
-                    else (0.0 if has_q else None),
-                    queue_peak=ch.peak if has_q else None,
-                    queue_capacity=ch.max_items if has_q else None,
-                )
-            )
-        return cls(tuple(_unique_names(out)), wall)
+    def from_meters(
+        cls, meters: list[StageMeter], wall: float, until: float | None = None
+    ) -> RunStats:
+        """A snapshot of the meters of a run that has lasted ``wall`` seconds until ``until``."""
+        until = perf_counter() if until is None else until
+        order = _ordered(meters)
+        names: dict[int, str] = {}
+        seen: dict[str, int] = {}
+        for m in order:
+            n = seen.get(m.name, 0)
+            seen[m.name] = n + 1
+            names[id(m)] = m.name if n == 0 else f"{m.name}#{n + 1}"
+        stages = tuple(
+            _stage_of(m, names[id(m)], tuple(names[id(i)] for i in m.inputs), wall, until)
+            for m in order
+        )
+        return cls(stages, wall)
 
     def __getitem__(self, name: str) -> StageStats:
         for s in self.stages:
@@ -135,54 +338,115 @@ class RunStats:
 
     @property
     def bottleneck(self) -> StageStats | None:
-        """The stage that spent the most time busy (None for an empty run)."""
+        """The stage busy for the largest share of the run (None for an empty run)."""
         if not self.stages:
             return None
         return max(self.stages, key=lambda s: s.busy)
 
+    # -- the reasoning ------------------------------------------------------------------
+    def _queue_before(self, s: StageStats) -> StageStats | None:
+        """The stage whose output channel feeds the task that runs ``s``."""
+        seen = set()
+        while s.inputs and s.name not in seen:
+            seen.add(s.name)
+            s = self[s.inputs[0]]
+            if s.queue_fill is not None:
+                return s
+        return None
+
+    def _queue_after(self, s: StageStats) -> StageStats | None:
+        """The stage whose output channel receives what ``s`` yields (itself, if it has one)."""
+        seen = set()
+        while s.queue_fill is None and s.name not in seen:
+            seen.add(s.name)
+            nxt = next((c for c in self.stages if s.name in c.inputs), None)
+            if nxt is None:
+                return None
+            s = nxt
+        return s
+
+    def reason(self) -> str:
+        """Why the bottleneck stage is the bottleneck, in words."""
+        b = self.bottleneck
+        if b is None or self.wall <= 0:
+            return "no stage ran"
+        share = b.busy / self.wall
+        what = f"busy {share:.0%} of wall"
+        if b.concurrency:
+            what += f" ({b.in_flight or 0:.1f} of {b.concurrency} calls in flight on average)"
+        parts = [what]
+        before, after = self._queue_before(b), self._queue_after(b)
+        if not b.inputs:
+            parts.append("it is a source")
+        elif before is not None and before.queue_fill is not None:
+            parts.append(f"its input queue is {_fill_word(before.queue_fill)}")
+        else:
+            parts.append(f"it waits on its input {b.wait_in / self.wall:.0%} of wall")
+        if after is not None and after.queue_fill is not None:
+            parts.append(f"its output queue is {_fill_word(after.queue_fill)}")
+        text = f"{parts[0]} while {' and '.join(parts[1:])}"
+        last = self.stages[-1]
+        if share < 0.5 and last.wait_out / self.wall > 0.5:
+            text += (
+                f"; but the consumer is slower: the pipeline waited for it to take items"
+                f" {last.wait_out / self.wall:.0%} of wall"
+            )
+        return text
+
+    def summary(self) -> str:
+        """One line: the bottleneck stage and why."""
+        b = self.bottleneck
+        if b is None:
+            return "no stages ran"
+        wall = f"{self.wall:.3f} s" if self.wall >= 0.01 else f"{self.wall * 1e3:.2f} ms"
+        return f"bottleneck: {b.name}: {self.reason()} (wall {wall})"
+
+    # -- rendering ----------------------------------------------------------------------
+    _HEAD = ("stage", "in", "out", "busy", "wait in", "wait out", "queue", "conc", "skip")
+
     def _rows(self) -> list[list[str]]:
+        wall = self.wall if self.wall > 0 else 1.0
+        b = self.bottleneck
+
+        def t(x: float) -> str:
+            return f"{x:.3f}s {x / wall:4.0%}"
+
         rows = []
         for s in self.stages:
-            q = (
-                f"{s.queue_mean:.0f}/{s.queue_peak}/{s.queue_capacity}"
-                if s.queue_capacity is not None and s.queue_mean is not None
-                else "-"
-            )
+            q = "-"
+            if s.queue_fill is not None and s.queue_fill_peak is not None:
+                q = f"{s.queue_fill:.0%}/{s.queue_fill_peak:.0%}"
+            conc = f"{s.in_flight or 0:.1f}/{s.concurrency}" if s.concurrency else "-"
+            mark = "* " if s is b else "  "
             rows.append(
                 [
-                    s.name,
-                    str(s.items_in),
-                    str(s.items_out),
-                    f"{s.busy:.3f}",
-                    f"{s.wait_in:.3f}",
-                    f"{s.wait_out:.3f}",
+                    mark + s.name,
+                    f"{s.items_in:,}",
+                    f"{s.items_out:,}",
+                    t(s.busy),
+                    t(s.wait_in),
+                    t(s.wait_out),
                     q,
+                    conc,
                     str(s.errors_skipped),
                 ]
             )
         return rows
 
-    _HEAD = ("stage", "in", "out", "busy s", "wait in s", "wait out s", "queue m/pk/cap", "skip")
-
-    def summary(self) -> str:
-        b = self.bottleneck
-        if b is None:
-            return "no stages ran"
-        share = b.busy / self.wall if self.wall > 0 else 0.0
-        return (
-            f"bottleneck: {b.name} (busy {b.busy:.3f} s, {share:.0%} of {self.wall:.3f} s wall;"
-            " the stages after it wait on it)"
-        )
-
     def __str__(self) -> str:
-        rows = [list(self._HEAD), *self._rows()]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self._HEAD))]
+        head = ["  " + self._HEAD[0], *self._HEAD[1:]]
+        rows = [head, *self._rows()]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = []
         for j, r in enumerate(rows):
             cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)]
             lines.append("  ".join(cells).rstrip())
             if j == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        lines.append(
+            "(seconds and share of wall; queue: mean/peak fill of the output channel;"
+            " conc: calls in flight/limit)"
+        )
         lines.append(self.summary())
         return "\n".join(lines)
 
@@ -191,21 +455,33 @@ class RunStats:
         b = self.bottleneck
         body = []
         for s, r in zip(self.stages, self._rows(), strict=True):
-            style = ' style="font-weight:bold"' if b is not None and s is b else ""
-            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
+            r = [r[0][2:], *r[1:]]
+            style = ' style="font-weight:bold;background:#fde2e2"' if s is b else ""
+            cells = "".join(
+                f'<td style="text-align:{"left" if i == 0 else "right"}">{html.escape(c)}</td>'
+                for i, c in enumerate(r)
+            )
+            body.append(f"<tr{style}>{cells}</tr>")
         return (
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
             f"<p>{html.escape(self.summary())}</p>"
         )
 
+    def plot(self, path: Any) -> Any:
+        """Draw busy / waiting-on-input / waiting-on-output time per stage as a PNG at ``path``.
 
-def _unique_names(stages: list[StageStats]) -> list[StageStats]:
-    seen: dict[str, int] = {}
-    out = []
-    for s in stages:
-        n = seen.get(s.name, 0)
-        seen[s.name] = n + 1
-        if n:
-            s = StageStats(**{**s.__dict__, "name": f"{s.name}#{n + 1}"})
-        out.append(s)
-    return out
+        Horizontal stacked bars, one per stage, sources at the top, the bottleneck
+        highlighted. Needs matplotlib (``pip install 'aioflow[plot]'``). Returns ``path``.
+
+        Example:
+            >>> import os, tempfile, aioflow as af
+            >>> with af.range(100).map(lambda x: x + 1).iter() as it:
+            ...     _ = list(it)
+            >>> path = os.path.join(tempfile.mkdtemp(), "stats.png")
+            >>> it.stats().plot(path) == path and os.path.getsize(path) > 0
+            True
+        """
+        from ._plot import plot_stats
+
+        plot_stats(self, path)
+        return path

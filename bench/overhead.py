@@ -1,7 +1,9 @@
 """Per-item overhead: range(N) -> map(x+1) -> batch(256), aioflow vs plain generators.
 
 Runs every variant in this process, one after another, best of ``--reps``; prints the
-rates and aioflow's ratio to the plain-generator chain (the issue's goal: >= 0.5x).
+rates and aioflow's ratio to the plain-generator chain (the issue's goal: >= 0.5x), and
+the cost of the per-stage stats: each aioflow variant again with the meters off
+(``AIOFLOW_STATS=0``), as the ratio of the two rates (the goal: stats cost < 10%).
 
     python bench/overhead.py [--n 1000000] [--reps 3] [--loop asyncio|uvloop]
 """
@@ -18,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import aioflow as af  # noqa: E402
+from aioflow import _runtime  # noqa: E402
 
 
 def plain(n: int) -> tuple[int, int]:
@@ -96,8 +99,17 @@ def main() -> None:
     print(f"N={a.n:,} best of {a.reps}, loop={a.loop}")
     print(f"{'plain generators':24s} {base / 1e6:8.2f} M items/s   1.00x")
     for name, fn in (("aioflow for", aioflow_sync), ("aioflow async for", aioflow_async)):
-        r = best(fn, a.n, a.reps)
-        print(f"{name:24s} {r / 1e6:8.2f} M items/s   {r / base:.2f}x")
+        rates = {}
+        for metered in (True, False, True, False):  # interleaved: the machine's noise drifts
+            _runtime.METER = metered
+            rates[metered] = max(rates.get(metered, 0.0), best(fn, a.n, a.reps))
+        _runtime.METER = True
+        on, off = rates[True], rates[False]
+        print(f"{name:24s} {on / 1e6:8.2f} M items/s   {on / base:.2f}x")
+        print(
+            f"{name + ' (no stats)':24s} {off / 1e6:8.2f} M items/s   {off / base:.2f}x"
+            f"   stats cost {1 - on / off:+.1%}"
+        )
 
 
 if __name__ == "__main__":
