@@ -46,10 +46,7 @@ def plot_stats(stats: RunStats, path: str | os.PathLike[str]) -> None:
     ax.barh(ys, wait_out, left=left2, color=_COLORS["wait_out"], label="waiting on output")
 
     wall = stats.wall
-    ax.axvline(wall, color="black", linestyle="--", linewidth=1)
-    ax.text(
-        wall, 1.0, "wall", va="bottom", ha="center", fontsize=8, transform=ax.get_xaxis_transform()
-    )
+    ax.axvline(wall, color="black", linestyle="--", linewidth=1, label=f"wall ({wall:.3g} s)")
     ends = [a + b for a, b in zip(left2, wait_out, strict=True)]
     span = max([wall, *ends]) or 1.0
     for y, s, end in zip(ys, stages, ends, strict=True):
@@ -72,7 +69,7 @@ def plot_stats(stats: RunStats, path: str | os.PathLike[str]) -> None:
     ax.set_xlabel("seconds")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
-    fig.legend(loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    fig.legend(loc="outside lower center", ncols=4, fontsize=8, frameon=False)
     ax.set_title(textwrap.fill(stats.summary(), 110), fontsize=9, loc="left", color="#333333")
     fig.suptitle("aioflow: where each stage spends its time", fontsize=11, x=0.01, ha="left")
     fig.savefig(path, format="png")
