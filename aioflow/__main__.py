@@ -73,7 +73,7 @@ def load_pipeline(target: str) -> Any:
         obj = obj()
     if not isinstance(obj, Pipeline):
         raise UsageError(
-            f"{target} is a {type(obj).__name__}, not a Pipeline or a function returning one"
+            f"{target} is of type {type(obj).__name__}, not a Pipeline or a function returning one"
         )
     return obj
 

@@ -35,6 +35,7 @@ class QueueMeter:
     __slots__ = (
         "area_fill",
         "area_items",
+        "area_nonempty",
         "closed",
         "fill",
         "held",
@@ -56,6 +57,7 @@ class QueueMeter:
         self.held = 0  # items held as of t_last
         self.area_fill = 0.0  # integrals over [t0, t_last]
         self.area_items = 0.0
+        self.area_nonempty = 0.0  # time it held at least one item
         self.peak = 0
         self.peak_fill = 0.0
         self.closed = False
@@ -66,7 +68,9 @@ class QueueMeter:
         dt = now - self.t_last
         self.t_last = now
         self.area_fill += self.fill * dt
-        self.area_items += self.held * dt
+        if self.held:
+            self.area_items += self.held * dt
+            self.area_nonempty += dt
         self.held = items
         f = items * self.inv_items
         c = chunks * self.inv_chunks
@@ -80,25 +84,27 @@ class QueueMeter:
         if items > self.peak:
             self.peak = items
 
-    def totals(self, until: float) -> tuple[float, float, float]:
-        """(span, fill integral, items integral) up to ``until``."""
+    def totals(self, until: float) -> tuple[float, float, float, float]:
+        """(span, fill integral, items integral, time not empty) up to ``until``."""
         if self.closed:
-            return 0.0, 0.0, 0.0
+            return 0.0, 0.0, 0.0, 0.0
         dt = max(0.0, until - self.t_last)
         return (
             max(0.0, until - self.t0),
             self.area_fill + self.fill * dt,
             self.area_items + self.held * dt,
+            self.area_nonempty + (dt if self.held else 0.0),
         )
 
     def close(self) -> None:
         """The channel is done: fold its figures into its stage's meter."""
         m = self.meter
-        span, area_fill, area_items = self.totals(perf_counter())
+        span, area_fill, area_items, nonempty = self.totals(perf_counter())
         self.closed = True
         m.q_span += span
         m.q_area += area_fill
         m.q_items_area += area_items
+        m.q_nonempty += nonempty
         m.q_peak = max(m.q_peak, self.peak)
         m.q_peak_fill = max(m.q_peak_fill, self.peak_fill)
         if self in m.queues:
@@ -120,6 +126,7 @@ class StageMeter:
         "q_area",
         "q_capacity",
         "q_items_area",
+        "q_nonempty",
         "q_peak",
         "q_peak_fill",
         "q_span",
@@ -151,6 +158,7 @@ class StageMeter:
         self.q_span = 0.0
         self.q_area = 0.0  # integral of the fill fraction over q_span
         self.q_items_area = 0.0  # integral of items held over q_span
+        self.q_nonempty = 0.0  # time it held at least one item
         self.q_peak = 0
         self.q_peak_fill = 0.0
 
@@ -184,7 +192,8 @@ class StageStats:
     ``concurrency`` is the number of calls a stage may have in flight and ``in_flight``
     the mean number it had; ``queue_mean``/``queue_peak`` are items in its output channel
     (mean over time, peak) against ``queue_capacity``, ``queue_fill``/``queue_fill_peak``
-    how full it was (0..1); all ``None`` where the stage has none.
+    how full it was (0..1) and ``queue_nonempty`` the share of time it held an item; all
+    ``None`` where the stage has no channel of its own.
     """
 
     name: str
@@ -202,6 +211,7 @@ class StageStats:
     queue_capacity: int | None = None
     queue_fill: float | None = None
     queue_fill_peak: float | None = None
+    queue_nonempty: float | None = None
     inputs: tuple[str, ...] = ()
 
 
@@ -218,10 +228,15 @@ def _stage_of(
     q: dict[str, Any] = {}
     if m.q_capacity is not None:
         span, area_fill, area_items = m.q_span, m.q_area, m.q_items_area
-        peak, peak_fill = m.q_peak, m.q_peak_fill
+        nonempty, peak, peak_fill = m.q_nonempty, m.q_peak, m.q_peak_fill
         for qm in list(m.queues):  # channels still open
-            s, a, i = qm.totals(until)
-            span, area_fill, area_items = span + s, area_fill + a, area_items + i
+            s, a, i, ne = qm.totals(until)
+            span, area_fill, area_items, nonempty = (
+                span + s,
+                area_fill + a,
+                area_items + i,
+                nonempty + ne,
+            )
             peak, peak_fill = max(peak, qm.peak), max(peak_fill, qm.peak_fill)
         q = {
             "queue_mean": area_items / span if span > 0 else 0.0,
@@ -229,6 +244,7 @@ def _stage_of(
             "queue_capacity": m.q_capacity,
             "queue_fill": area_fill / span if span > 0 else 0.0,
             "queue_fill_peak": peak_fill,
+            "queue_nonempty": nonempty / span if span > 0 else 0.0,
         }
     return StageStats(
         name=name,
@@ -274,12 +290,20 @@ def _ordered(meters: list[StageMeter]) -> list[StageMeter]:
     return out
 
 
-def _fill_word(fill: float) -> str:
-    if fill >= 0.7:
-        return f"full ({fill:.0%} on average)"
+def _input_words(s: StageStats, q: StageStats | None, wall: float) -> str:
+    if q is not None and (q.queue_fill or 0.0) >= 0.7:
+        return f"its input queue is full ({q.queue_fill:.0%} on average)"
+    waited = s.wait_in / wall
+    if waited < 0.02:
+        return "it never waits on its input"
+    return f"it waits on its input {waited:.0%} of wall"
+
+
+def _output_words(q: StageStats) -> str:
+    fill = q.queue_fill or 0.0
     if fill <= 0.3:
-        return f"empty ({fill:.0%} on average)"
-    return f"{fill:.0%} full on average"
+        return f"its output queue is empty ({fill:.0%} full on average)"
+    return f"its output queue is {fill:.0%} full on average"
 
 
 @dataclass(frozen=True)
@@ -287,8 +311,9 @@ class RunStats:
     """Statistics of a whole run: one ``StageStats`` per stage, sources first.
 
     ``str()`` is a table with the bottleneck stage marked ``*`` and a line saying why it is
-    the bottleneck; ``_repr_html_`` is the same table for a notebook; ``plot(path)`` draws
-    it (needs matplotlib: ``pip install 'aioflow[plot]'``).
+    the bottleneck (or that the consumer is: ``consumer_bound``); ``_repr_html_`` is the
+    same table for a notebook; ``plot(path)`` draws it (needs matplotlib:
+    ``pip install 'aioflow[plot]'``).
 
     Example:
         >>> import aioflow as af
@@ -337,9 +362,25 @@ class RunStats:
         return len(self.stages)
 
     @property
+    def consumer_bound(self) -> bool:
+        """True when the consumer, not a stage, held the run back.
+
+        That is: the last stage waited for room more than half of the wall time while no
+        stage was busy half of it (the loop body is slower than the pipeline).
+        """
+        if not self.stages or self.wall <= 0:
+            return False
+        top = max(s.busy for s in self.stages) / self.wall
+        return top < 0.5 and self.stages[-1].wait_out / self.wall > 0.5
+
+    @property
     def bottleneck(self) -> StageStats | None:
-        """The stage busy for the largest share of the run (None for an empty run)."""
-        if not self.stages:
+        """The busiest stage (its ``busy`` share of the wall is the largest).
+
+        ``None`` when no stage ran, or when the consumer is the bottleneck
+        (``consumer_bound``).
+        """
+        if not self.stages or self.consumer_bound:
             return None
         return max(self.stages, key=lambda s: s.busy)
 
@@ -366,40 +407,38 @@ class RunStats:
         return s
 
     def reason(self) -> str:
-        """Why the bottleneck stage is the bottleneck, in words."""
+        """Why the bottleneck is the bottleneck, in words."""
+        if self.consumer_bound:
+            top = max(s.busy for s in self.stages) / self.wall
+            return (
+                f"the pipeline waited for the consumer to take items"
+                f" {self.stages[-1].wait_out / self.wall:.0%} of wall, and no stage was busy"
+                f" more than {top:.0%}"
+            )
         b = self.bottleneck
         if b is None or self.wall <= 0:
             return "no stage ran"
-        share = b.busy / self.wall
-        what = f"busy {share:.0%} of wall"
+        what = f"busy {b.busy / self.wall:.0%} of wall"
         if b.concurrency:
             what += f" ({b.in_flight or 0:.1f} of {b.concurrency} calls in flight on average)"
-        parts = [what]
+        parts = []
         before, after = self._queue_before(b), self._queue_after(b)
         if not b.inputs:
-            parts.append("it is a source")
-        elif before is not None and before.queue_fill is not None:
-            parts.append(f"its input queue is {_fill_word(before.queue_fill)}")
+            what += " (a source)"
         else:
-            parts.append(f"it waits on its input {b.wait_in / self.wall:.0%} of wall")
+            parts.append(_input_words(b, before, self.wall))
         if after is not None and after.queue_fill is not None:
-            parts.append(f"its output queue is {_fill_word(after.queue_fill)}")
-        text = f"{parts[0]} while {' and '.join(parts[1:])}"
-        last = self.stages[-1]
-        if share < 0.5 and last.wait_out / self.wall > 0.5:
-            text += (
-                f"; but the consumer is slower: the pipeline waited for it to take items"
-                f" {last.wait_out / self.wall:.0%} of wall"
-            )
-        return text
+            parts.append(_output_words(after))
+        return f"{what} while {' and '.join(parts)}" if parts else what
 
     def summary(self) -> str:
-        """One line: the bottleneck stage and why."""
-        b = self.bottleneck
-        if b is None:
-            return "no stages ran"
+        """One line: the bottleneck and why."""
+        if not self.stages:
+            return "no stage ran"
         wall = f"{self.wall:.3f} s" if self.wall >= 0.01 else f"{self.wall * 1e3:.2f} ms"
-        return f"bottleneck: {b.name}: {self.reason()} (wall {wall})"
+        b = self.bottleneck
+        name = b.name if b is not None else "the consumer (the code iterating the pipeline)"
+        return f"bottleneck: {name}: {self.reason()} (wall {wall})"
 
     # -- rendering ----------------------------------------------------------------------
     _HEAD = ("stage", "in", "out", "busy", "wait in", "wait out", "queue", "conc", "skip")
