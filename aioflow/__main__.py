@@ -130,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from .errors import PipelineError
 
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        ap.exit(
+            2,
+            f"{ap.prog} {args.cmd}: error: --plot needs matplotlib: pip install 'aioflow[plot]'\n",
+        )
     try:
         if args.cmd == "demo":
             from ._demo import run_demo

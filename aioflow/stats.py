@@ -62,27 +62,31 @@ class QueueMeter:
         self.peak_fill = 0.0
         self.closed = False
 
-    def note(self, chunks: int, items: int) -> None:
+    def note(self, chunks: int, items: int, _pc: Any = perf_counter) -> None:
         """The channel now holds ``chunks`` chunks of ``items`` items in all."""
-        now = perf_counter()
-        dt = now - self.t_last
-        self.t_last = now
-        self.area_fill += self.fill * dt
-        if self.held:
-            self.area_items += self.held * dt
+        now = _pc()
+        held = self.held
+        if held:  # (an empty channel adds nothing to the integrals)
+            dt = now - self.t_last
+            self.area_fill += self.fill * dt
+            self.area_items += held * dt
             self.area_nonempty += dt
+        self.t_last = now
         self.held = items
-        f = items * self.inv_items
-        c = chunks * self.inv_chunks
-        if c > f:
-            f = c
-        if f > 1.0:  # a chunk always fits into an empty channel
-            f = 1.0
-        self.fill = f
-        if f > self.peak_fill:
-            self.peak_fill = f
-        if items > self.peak:
-            self.peak = items
+        if items:
+            f = items * self.inv_items
+            c = chunks * self.inv_chunks
+            if c > f:
+                f = c
+            if f > 1.0:  # a chunk always fits into an empty channel
+                f = 1.0
+            if f > self.peak_fill:
+                self.peak_fill = f
+            if items > self.peak:
+                self.peak = items
+            self.fill = f
+        else:
+            self.fill = 0.0
 
     def totals(self, until: float) -> tuple[float, float, float, float]:
         """(span, fill integral, items integral, time not empty) up to ``until``."""
