@@ -70,18 +70,24 @@ def list_images(root: str, seed: int) -> Callable[[], Iterator[str]]:
     return listing
 
 
-def read_sample(path: str, labels: dict[str, int]) -> dict[str, Any]:
+def read_sample(item: str | tuple[str, np.ndarray], labels: dict[str, int]) -> dict[str, Any]:
     """Read and decode one image: load, random crop and flip, blur, normalize, to CHW.
+
+    ``item`` is the image's path, or a ``(path, array)`` pair already read.
 
     Example:
         >>> import os, tempfile
         >>> root = tempfile.mkdtemp()
         >>> make_dataset(root, 1)
-        >>> s = read_sample(os.path.join(root, "images", "img_000000.npy"), read_labels(root))
+        >>> path, labels = os.path.join(root, "images", "img_000000.npy"), read_labels(root)
+        >>> s = read_sample(path, labels)
         >>> s["image"].shape, s["image"].dtype, 0 <= s["label"] < 10
         ((3, 80, 80), dtype('float32'), True)
+        >>> same = read_sample((path, np.load(path)), labels)
+        >>> bool((same["image"] == s["image"]).all()), same["label"] == s["label"]
+        (True, True)
     """
-    img = np.load(path)
+    path, img = (item, np.load(item)) if isinstance(item, str) else item
     rng = np.random.default_rng(zlib.crc32(path.encode()))  # the same crop every run
     y, x = rng.integers(0, SIZE - CROP + 1, size=2)
     img = img[y : y + CROP, x : x + CROP].astype(np.float32)
@@ -105,9 +111,10 @@ def build_pipeline(
     return (
         # -> af.list_files(os.path.join(root, "images", "*.npy"), shuffle=True, seed=seed)
         af.from_iterable(list_images(root, seed))
-        # -> .interleave(af.read_npy, cycle_length=8, concurrency=8) and decode arrays here
+        # + .interleave(lambda f: af.read_npy(f).map(lambda a: (f, a)), cycle_length=8,
+        #               concurrency=8)  (async reads; then the processes only decode)
         .map(decode, executor="process", concurrency=workers)
-        # -> .shuffle(4 * batch_size, seed=seed)  (for now: the file order is shuffled)
+        # + .shuffle(4 * batch_size, seed=seed)  (for now: the file order is shuffled)
         .batch(batch_size)
         .prefetch(4)
     )
