@@ -191,7 +191,7 @@ def _abort_soon(run: Run, loop: asyncio.AbstractEventLoop) -> None:
     if run.closed or loop.is_closed():
         return
     try:
-        running = asyncio.get_running_loop()
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
         running = None
     if running is loop:

@@ -241,6 +241,9 @@ async def _wait_quietly(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+_closing: set[asyncio.Task[None]] = set()  # runs being closed by abort()
+
+
 class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
@@ -326,13 +329,23 @@ class Run:
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
-        """Cancel every task of the run now (sync; used when an iterator is dropped)."""
-        self.closed = True
+        """Close the run soon, from a sync context on its loop (a dropped iterator).
+
+        Every task is cancelled now; a closing task then awaits them and closes the run's
+        pools. The closing task is kept referenced until it is done.
+        """
+        if self.closed:
+            return
         for t in list(self.tasks):
             t.cancel()
+        closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
+        _closing.add(closer)
+        closer.add_done_callback(_closing.discard)
 
     async def aclose(self) -> None:
         """Cancel every task of the run, wait for all of them, then release resources."""
+        if self.closed:
+            return
         self.closed = True
         for _ in range(10):
             pending = [t for t in self.tasks if not t.done()]
