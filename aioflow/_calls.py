@@ -17,7 +17,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from operator import length_hint
 from typing import Any
 
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing
+from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
 from .errors import PipelineError, StageTimeout, annotate
 
 __all__ = [
@@ -164,9 +164,7 @@ def resolve_executor(
 
 async def _shutdown_in_thread(pool: Executor) -> None:
     # shutdown(wait=True) blocks: do it off the loop so other runs keep going
-    await asyncio.get_running_loop().run_in_executor(
-        None, functools.partial(pool.shutdown, wait=True, cancel_futures=True)
-    )
+    await in_thread(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
 
 
 def _starter(

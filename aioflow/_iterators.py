@@ -180,6 +180,8 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
             self._finalizer.detach()
         if self._run is not None and not self._run.closed:
             await asyncio.shield(self._run.aclose())
+        if self._chan is not None:
+            self._chan.discard()
 
     def stats(self) -> RunStats:
         """Per-stage statistics of this run so far (see ``aioflow.stats``)."""
@@ -222,6 +224,10 @@ class ThreadChannel:
 
     def full_for(self, chunk: Chunk) -> bool:
         return len(self._q) >= self.max_chunks
+
+    def discard(self) -> None:
+        with self._cond:
+            self._q.clear()
 
     async def put(self, chunk: Chunk) -> None:
         while True:
@@ -416,6 +422,8 @@ class PipelineIterator(_Resumable, Generic[T]):
             self._finalizer.detach()
         if self._engine is not None:
             self._engine.shutdown()
+        if self._chan is not None:
+            self._chan.discard()
 
     def stats(self) -> RunStats:
         """Per-stage statistics of this run so far (see ``aioflow.stats``)."""

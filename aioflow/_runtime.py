@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -103,7 +104,8 @@ class Node:
     inputs: tuple[Pipeline[Any], ...] = ()
     card: Callable[[Sequence[int]], int] = _same
     task: bool = False
-    holds: int = 0  # items the operator itself may hold at once, beyond channels
+    holds: int = 0  # input items the operator itself may hold at once, beyond channels
+    mult: int = 1  # how many input items one output item may hold (batch(n): n)
     chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
     items: int = CHANNEL_ITEMS  # ... and in items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
@@ -152,6 +154,11 @@ class Channel:
         return bool(self._q) and (
             len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
         )
+
+    def discard(self) -> None:
+        """Drop whatever is still buffered (the run is over; nobody will read it)."""
+        self._q.clear()
+        self._n = 0
 
     async def put(self, chunk: Chunk) -> None:
         while self.full_for(chunk):
@@ -222,6 +229,36 @@ async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
         async for chunk in src:
             for x in chunk:
                 yield x
+
+
+async def in_thread(fn: Callable[[], Any]) -> None:
+    """Run a blocking call (a pool's shutdown) in a thread of its own and await it.
+
+    Not in the loop's default executor: that refuses work once the interpreter is
+    exiting, which is exactly when a half-consumed run may still be closing.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:  # reported to the awaiting task
+            failure.append(e)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+    t = threading.Thread(target=target, name="aioflow-close", daemon=True)
+    t.start()
+    try:
+        await asyncio.shield(done)
+    finally:
+        if done.done():
+            t.join()
+    if failure:
+        raise failure[0]
 
 
 async def _wait_quietly(task: asyncio.Task[Any]) -> None:
@@ -357,6 +394,9 @@ class Run:
         for t in list(self.tasks):
             if t.done() and not t.cancelled():
                 t.exception()
+        for m in self.meters.values():
+            if m.channel is not None:
+                m.channel.discard()
         while self.resources:
             closer = self.resources.pop()
             res = closer()
