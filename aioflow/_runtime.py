@@ -241,6 +241,10 @@ async def in_thread(fn: Callable[[], Any]) -> None:
     done = loop.create_future()
     failure: list[BaseException] = []
 
+    def finish() -> None:
+        if not done.done():
+            done.set_result(None)
+
     def target() -> None:
         try:
             fn()
@@ -248,7 +252,7 @@ async def in_thread(fn: Callable[[], Any]) -> None:
             failure.append(e)
         finally:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+                loop.call_soon_threadsafe(finish)
 
     t = threading.Thread(target=target, name="aioflow-close", daemon=True)
     t.start()

@@ -340,7 +340,7 @@ def test_shard_picks_every_nth_from_index():
     assert af.range(10).shard(3, 0).to_list() == [0, 3, 6, 9]
     assert af.range(10).shard(3, 2).to_list() == [2, 5, 8]
     parts = [af.range(1000).shard(7, i).to_list() for i in range(7)]
-    assert sorted(sum(parts, [])) == list(range(1000))
+    assert sorted(x for part in parts for x in part) == list(range(1000))
 
 
 def test_shard_rejects_a_bad_index():
