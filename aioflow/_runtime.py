@@ -288,7 +288,15 @@ _closing: set[asyncio.Task[None]] = set()  # runs being closed by abort()
 class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, root: Pipeline[Any] | None = None, opens: dict[int, int] | None = None
+    ) -> None:
+        # Static nodes are numbered in the root's graph, so a state can name them; `opens`
+        # (from a state) gives the open_index each node had in the run being resumed.
+        self.node_index: dict[int, int] = {} if root is None else _number_nodes(root)
+        self.resume_opens = opens
+        self.first_open: dict[int, int] = {}
+        self.open_counts: dict[int, int] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
@@ -320,13 +328,28 @@ class Run:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
                 meter.inputs.append(m)
-        ctx = Ctx(self, node, meter, next(node.opens))
+        ctx = Ctx(self, node, meter, self._open_index(node))
         gen = _metered(node.build(ctx, openers), meter)
         if node.task or boundary:
             return self._reader(
                 gen, meter, chunks if chunks is not None else node.chunks, node.items
             )
         return gen
+
+    def _open_index(self, node: Node) -> int:
+        """How many times ``node`` was opened before: seeds per epoch derive from it."""
+        fresh = next(node.opens)
+        idx = self.node_index.get(id(node))
+        if idx is None:
+            return fresh
+        k = self.open_counts.get(idx, 0)
+        self.open_counts[idx] = k + 1
+        if k == 0:
+            base = fresh
+            if self.resume_opens is not None:
+                base = self.resume_opens.get(idx, fresh)
+            self.first_open[idx] = base
+        return self.first_open[idx] + k
 
     def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
@@ -409,6 +432,20 @@ class Run:
 
     def stats(self) -> RunStats:
         return RunStats.from_meters(list(self.meters.values()), perf_counter() - self.started)
+
+
+def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
+    """Number the nodes of a graph in a fixed order (depth first from the sink)."""
+    out: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        p = stack.pop()
+        node = p._node
+        if id(node) in out:
+            continue
+        out[id(node)] = len(out)
+        stack.extend(reversed(node.inputs))
+    return out
 
 
 async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter) -> None:
