@@ -449,4 +449,3 @@ class PipelineIterator(_Resumable, Generic[T]):
         """Per-stage statistics of this run so far (see ``aioflow.stats``)."""
         eng = self._engine
         return eng.run.stats() if eng is not None and eng.run is not None else RunStats((), 0.0)
-

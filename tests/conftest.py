@@ -72,9 +72,7 @@ def _leaks(before: Snapshot) -> list[str]:
     threads0, children0, fds0 = before
     proc = psutil.Process()
     service = {_forkserver_pid(), _resource_tracker_pid()}
-    extra_threads = [
-        t.name for t in threading.enumerate() if t not in threads0 and t.is_alive()
-    ]
+    extra_threads = [t.name for t in threading.enumerate() if t not in threads0 and t.is_alive()]
     extra_children = []
     for c in proc.children(recursive=True):
         if c.pid in children0 or c.pid in service:
