@@ -18,7 +18,7 @@ from operator import length_hint
 from time import perf_counter
 from typing import Any
 
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing
+from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
 from .errors import PipelineError, StageTimeout, annotate
 
 __all__ = [
@@ -165,9 +165,7 @@ def resolve_executor(
 
 async def _shutdown_in_thread(pool: Executor) -> None:
     # shutdown(wait=True) blocks: do it off the loop so other runs keep going
-    await asyncio.get_running_loop().run_in_executor(
-        None, functools.partial(pool.shutdown, wait=True, cancel_futures=True)
-    )
+    await in_thread(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
 
 
 def _starter(

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import threading
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -112,7 +113,8 @@ class Node:
     inputs: tuple[Pipeline[Any], ...] = ()
     card: Callable[[Sequence[int]], int] = _same
     task: bool = False
-    holds: int = 0  # items the operator itself may hold at once, beyond channels
+    holds: int = 0  # input items the operator itself may hold at once, beyond channels
+    mult: int = 1  # how many input items one output item may hold (batch(n): n)
     chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
     items: int = CHANNEL_ITEMS  # ... and in items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
@@ -167,6 +169,11 @@ class Channel:
         return bool(self._q) and (
             len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
         )
+
+    def discard(self) -> None:
+        """Drop whatever is still buffered (the run is over; nobody will read it)."""
+        self._q.clear()
+        self._n = 0
 
     async def put(self, chunk: Chunk) -> None:
         while self.full_for(chunk):
@@ -239,6 +246,40 @@ async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
                 yield x
 
 
+async def in_thread(fn: Callable[[], Any]) -> None:
+    """Run a blocking call (a pool's shutdown) in a thread of its own and await it.
+
+    Not in the loop's default executor: that refuses work once the interpreter is
+    exiting, which is exactly when a half-consumed run may still be closing.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    failure: list[BaseException] = []
+
+    def finish() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:  # reported to the awaiting task
+            failure.append(e)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(finish)
+
+    t = threading.Thread(target=target, name="aioflow-close", daemon=True)
+    t.start()
+    try:
+        await asyncio.shield(done)
+    finally:
+        if done.done():
+            t.join()
+    if failure:
+        raise failure[0]
+
+
 async def _wait_quietly(task: asyncio.Task[Any]) -> None:
     """Wait for a cancelled task to end without re-raising what it raised."""
     if task.done():
@@ -256,10 +297,21 @@ async def _wait_quietly(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+_closing: set[asyncio.Task[None]] = set()  # runs being closed by abort()
+
+
 class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, root: Pipeline[Any] | None = None, opens: dict[int, int] | None = None
+    ) -> None:
+        # Static nodes are numbered in the root's graph, so a state can name them; `opens`
+        # (from a state) gives the open_index each node had in the run being resumed.
+        self.node_index: dict[int, int] = {} if root is None else _number_nodes(root)
+        self.resume_opens = opens
+        self.first_open: dict[int, int] = {}
+        self.open_counts: dict[int, int] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
@@ -302,8 +354,23 @@ class Run:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
                 meter.inputs.append(m)
-        ctx = Ctx(self, node, meter, next(node.opens))
+        ctx = Ctx(self, node, meter, self._open_index(node))
         return node.build(ctx, openers), meter
+
+    def _open_index(self, node: Node) -> int:
+        """How many times ``node`` was opened before: seeds per epoch derive from it."""
+        fresh = next(node.opens)
+        idx = self.node_index.get(id(node))
+        if idx is None:
+            return fresh
+        k = self.open_counts.get(idx, 0)
+        self.open_counts[idx] = k + 1
+        if k == 0:
+            base = fresh
+            if self.resume_opens is not None:
+                base = self.resume_opens.get(idx, fresh)
+            self.first_open[idx] = base
+        return self.first_open[idx] + k
 
     def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
@@ -313,6 +380,7 @@ class Run:
         self, gen: ChunkIter, meter: StageMeter, max_chunks: int, max_items: int
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
+        meter.channel = chan
         if METER:
             chan.attach(meter)
         task = self.start(_pump(gen, chan, meter, METER), meter.name)
@@ -348,20 +416,32 @@ class Run:
             hop = StageMeter("output", None)
             return self.start(_pump(self.open(pipeline), chan, hop, False), "output")
         gen, meter = self._build(node, None)
-        if METER and isinstance(chan, Channel):
-            chan.attach(meter)
+        if isinstance(chan, Channel):
+            meter.channel = chan
+            if METER:
+                chan.attach(meter)
         return self.start(_pump(gen, chan, meter, METER), "output")
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
-        """Cancel every task of the run now (sync; used when an iterator is dropped)."""
-        self.closed = True
+        """Close the run soon, from a sync context on its loop (a dropped iterator).
+
+        Every task is cancelled now; a closing task then awaits them and closes the run's
+        pools. The closing task is kept referenced until it is done.
+        """
+        if self.closed:
+            return
         self.ended = self.ended or perf_counter()
         for t in list(self.tasks):
             t.cancel()
+        closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
+        _closing.add(closer)
+        closer.add_done_callback(_closing.discard)
 
     async def aclose(self) -> None:
         """Cancel every task of the run, wait for all of them, then release resources."""
+        if self.closed:
+            return
         self.closed = True
         self.ended = self.ended or perf_counter()
         for _ in range(10):
@@ -374,6 +454,9 @@ class Run:
         for t in list(self.tasks):
             if t.done() and not t.cancelled():
                 t.exception()
+        for m in self.meters.values():
+            if m.channel is not None:
+                m.channel.discard()
         while self.resources:
             closer = self.resources.pop()
             res = closer()
@@ -391,6 +474,20 @@ class Run:
             except RuntimeError:  # the run's thread opened a stage meanwhile: try again
                 continue
         return RunStats.from_meters(meters, until - self.started, until)
+
+
+def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
+    """Number the nodes of a graph in a fixed order (depth first from the sink)."""
+    out: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        p = stack.pop()
+        node = p._node
+        if id(node) in out:
+            continue
+        out[id(node)] = len(out)
+        stack.extend(reversed(node.inputs))
+    return out
 
 
 async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> None:

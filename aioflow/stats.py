@@ -119,6 +119,7 @@ class StageMeter:
     """Mutable counters of one stage during a run (internal)."""
 
     __slots__ = (
+        "channel",
         "children",
         "chunks_out",
         "concurrency",
@@ -156,6 +157,7 @@ class StageMeter:
         self.concurrency: int | None = None
         self.inputs: list[StageMeter] = []
         self.children: list[StageMeter] = []  # sub-pipelines it opened (flat_map, ...)
+        self.channel: Any = None  # its latest output channel (discarded when the run ends)
         # its output channels: those still open, and the folded figures of those closed
         self.queues: list[QueueMeter] = []
         self.q_capacity: int | None = None

@@ -50,18 +50,29 @@ def _resource_tracker_pid() -> int | None:
         return None
 
 
-def _snapshot() -> tuple[set[threading.Thread], set[int], int]:
+def _fds() -> dict[str, str]:
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+Snapshot = tuple[set[threading.Thread], set[int], dict[str, str]]
+
+
+def _snapshot() -> Snapshot:
     proc = psutil.Process()
-    return set(threading.enumerate()), {c.pid for c in proc.children(recursive=True)}, proc.num_fds()
+    return set(threading.enumerate()), {c.pid for c in proc.children(recursive=True)}, _fds()
 
 
-def _leaks(before: tuple[set[threading.Thread], set[int], int]) -> list[str]:
+def _leaks(before: Snapshot) -> list[str]:
     threads0, children0, fds0 = before
     proc = psutil.Process()
     service = {_forkserver_pid(), _resource_tracker_pid()}
-    extra_threads = [
-        t.name for t in threading.enumerate() if t not in threads0 and t.is_alive()
-    ]
+    extra_threads = [t.name for t in threading.enumerate() if t not in threads0 and t.is_alive()]
     extra_children = []
     for c in proc.children(recursive=True):
         if c.pid in children0 or c.pid in service:
@@ -80,13 +91,14 @@ def _leaks(before: tuple[set[threading.Thread], set[int], int]) -> list[str]:
         out.append(f"threads left: {extra_threads}")
     if extra_children:
         out.append(f"child processes left: {extra_children}")
-    fds = proc.num_fds()
-    if fds > fds0:
-        out.append(f"open fds grew from {fds0} to {fds}: {os.listdir('/proc/self/fd')}")
+    fds = _fds()
+    new = {fd: target for fd, target in fds.items() if fds0.get(fd) != target}
+    if len(fds) > len(fds0):
+        out.append(f"open fds grew from {len(fds0)} to {len(fds)}: new {new}")
     return out
 
 
-def wait_no_leaks(before: tuple[set[threading.Thread], set[int], int], deadline: float = 5.0) -> None:
+def wait_no_leaks(before: Snapshot, deadline: float = 5.0) -> None:
     """Assert that within ``deadline`` s no thread, child process or fd of a run remains."""
     end = time.monotonic() + deadline
     while True:
@@ -118,3 +130,15 @@ async def assert_no_pending_tasks(deadline: float = 2.0) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"tasks still pending: {others}")
         await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_up_event_loops() -> None:
+    """uvloop (libuv) opens a process-wide pipe on first use: open it before any baseline."""
+    import aioflow as af
+
+    assert af.range(1).to_list() == [0]
+    if uvloop is not None:
+        loop = uvloop.new_event_loop()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()

@@ -31,8 +31,14 @@ def test_every_public_function_and_method_has_a_docstring_with_an_example():
 
 
 def test_errors_derive_from_aioflow_error():
-    for name in ("PipelineError", "StageError", "WorkerDied", "StageTimeout", "NextTimeout",
-                 "StateMismatch"):
+    for name in (
+        "PipelineError",
+        "StageError",
+        "WorkerDied",
+        "StageTimeout",
+        "NextTimeout",
+        "StateMismatch",
+    ):
         assert issubclass(getattr(af, name), af.AioflowError)
     assert issubclass(af.StageTimeout, TimeoutError)
     assert issubclass(af.NextTimeout, TimeoutError)
@@ -51,13 +57,50 @@ def test_api_contract_names_of_the_core_are_present():
         [sys.executable, str(checker)], capture_output=True, text=True, cwd=root, check=False
     ).stdout
     assert "API contract:" in out, out
-    core = ["from_iterable", "from_dataflow", "range", "zip", "concat", "shard_from_env",
-            "Pipeline", "AioflowError", "WorkerDied", "INFINITE", "UNKNOWN", "AUTOTUNE"]
-    core += [f"Pipeline.{m}" for m in (
-        "map", "filter", "flat_map", "prefetch", "batch", "unbatch", "rebatch", "repeat",
-        "take", "skip", "enumerate", "shard", "window", "scan", "apply", "pipe", "iter",
-        "aiter", "to_list", "collect", "cardinality", "max_inflight", "__iter__", "__aiter__",
-        "__len__")]
+    core = [
+        "from_iterable",
+        "from_dataflow",
+        "range",
+        "zip",
+        "concat",
+        "shard_from_env",
+        "Pipeline",
+        "AioflowError",
+        "WorkerDied",
+        "INFINITE",
+        "UNKNOWN",
+        "AUTOTUNE",
+    ]
+    core += [
+        f"Pipeline.{m}"
+        for m in (
+            "map",
+            "filter",
+            "flat_map",
+            "prefetch",
+            "batch",
+            "unbatch",
+            "rebatch",
+            "repeat",
+            "take",
+            "skip",
+            "enumerate",
+            "shard",
+            "window",
+            "scan",
+            "apply",
+            "pipe",
+            "iter",
+            "aiter",
+            "to_list",
+            "collect",
+            "cardinality",
+            "max_inflight",
+            "__iter__",
+            "__aiter__",
+            "__len__",
+        )
+    ]
     for name in core:
         qual = name if name.startswith("Pipeline") else f"aioflow.{name}"
         assert f"missing: {qual}\n" not in out + "\n", out

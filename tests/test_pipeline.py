@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import pickle
 import json
+import pickle
 import threading
 
 import pytest
