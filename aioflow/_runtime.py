@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .stats import QueueMeter, RunStats, StageMeter
+from ._meters import QueueMeter, StageMeter
+from .stats import RunStats
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
