@@ -3,9 +3,8 @@
 While a run goes, each stage updates a small mutable meter (``aioflow._meters``): a few
 float and int additions per chunk (not per item), per call for concurrent stages.
 ``it.stats()`` turns them into frozen ``StageStats`` values inside a ``RunStats``, whose
-``str()`` is a table
-naming the bottleneck stage and why, ``_repr_html_`` the same for a notebook, and
-``plot(path)`` a picture of where each stage spends its time.
+``str()`` is a table naming the bottleneck stage and why, ``_repr_html_`` the same for a
+notebook, and ``plot(path)`` a picture of where each stage spends its time.
 
 How the times are measured (all wall-clock seconds):
 
