@@ -34,6 +34,7 @@ from .transforms import shard_from_env
 # io (issue 5)
 
 # observing (issue 6)
+from ._bench import BenchResult, bench
 
 __version__ = "0.1.0.dev0"
 
@@ -43,6 +44,7 @@ __all__ = [
     "UNKNOWN",
     "AioflowError",
     "AsyncPipelineIterator",
+    "BenchResult",
     "NextTimeout",
     "Pipeline",
     "PipelineError",
@@ -54,6 +56,7 @@ __all__ = [
     "StateMismatch",
     "WorkerDied",
     "__version__",
+    "bench",
     "concat",
     "default_collate",
     "from_dataflow",

@@ -17,9 +17,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from operator import length_hint
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing
+from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
 from ._worker import Failure
 from .errors import PipelineError, StageTimeout, WorkerDied, annotate
 
@@ -170,9 +171,7 @@ def resolve_executor(
 
 async def _shutdown_in_thread(pool: Executor) -> None:
     # shutdown(wait=True) blocks: do it off the loop so other runs keep going
-    await asyncio.get_running_loop().run_in_executor(
-        None, functools.partial(pool.shutdown, wait=True, cancel_futures=True)
-    )
+    await in_thread(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
 
 
 # -- how calls start: the one thing that differs between async, thread, process, Executor
@@ -328,21 +327,25 @@ async def concurrent_map(
     results: asyncio.Queue[Any] = asyncio.Queue()
     inflight: set[asyncio.Future[Any]] = set()
     launched = 0
-    ctx.meter.concurrency = concurrency
-
-    def finished(fut: asyncio.Future[Any]) -> None:
-        inflight.discard(fut)
-        running.release()
+    meter = ctx.meter
+    meter.concurrency = concurrency
 
     def launch(arg: Any, pos: int) -> None:
         fut: asyncio.Future[Any]
+        t0 = perf_counter()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            inflight.discard(f)
+            running.release()
+            meter.t_calls += perf_counter() - t0  # the stage's busy time (see aioflow.stats)
+
         try:
             fut = asyncio.ensure_future(calls.start(arg, pos))
         except Exception as e:  # the call failed before it could start
             fut = loop.create_future()
             fut.set_exception(e)
         inflight.add(fut)
-        fut.add_done_callback(finished)
+        fut.add_done_callback(done)
         if ordered:
             results.put_nowait((pos, arg, fut))
         else:

@@ -14,11 +14,12 @@ the sync one then joins its thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterator
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -60,15 +61,24 @@ class _Resumable:
     _pipeline: Pipeline[Any]
     _count: int
     _skip: int
+    _opens: dict[int, int] | None
 
     def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
         self._pipeline = pipeline
         self._count = 0
         self._skip = 0
+        self._opens = None
         if state is not None:
             from ._state import check_state
 
-            self._skip = self._count = check_state(pipeline, state)
+            self._skip, self._opens = check_state(pipeline, state)
+            self._count = self._skip
+
+    def _new_run(self) -> Run:
+        return Run(self._pipeline, self._opens)
+
+    def _current_run(self) -> Run | None:
+        raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data from which ``p.iter(state=...)`` resumes after the items yielded so far.
@@ -79,12 +89,15 @@ class _Resumable:
             >>> with p.iter() as it:
             ...     first = [next(it), next(it)]
             ...     state = it.state_dict()
-            >>> p.iter(state=state).to_list() if False else list(p.iter(state=state))
+            >>> with p.iter(state=state) as rest:
+            ...     list(rest)
             [2, 3, 4]
         """
         from ._state import make_state
 
-        return make_state(self._pipeline, self._count)
+        run = self._current_run()
+        opens = run.first_open if run is not None else (self._opens or {})
+        return make_state(self._pipeline, self._count, opens)
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):
@@ -126,7 +139,7 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
 
     def _start(self) -> Channel:
         loop = asyncio.get_running_loop()
-        run = self._run = Run()
+        run = self._run = self._new_run()
         chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS)
         pipeline = self._pipeline
         if self._skip:
@@ -179,6 +192,11 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
             self._finalizer.detach()
         if self._run is not None and not self._run.closed:
             await asyncio.shield(self._run.aclose())
+        if self._chan is not None:
+            self._chan.discard()
+
+    def _current_run(self) -> Run | None:
+        return self._run
 
     def stats(self) -> RunStats:
         """Per-stage statistics of this run so far (see ``aioflow.stats``)."""
@@ -190,7 +208,7 @@ def _abort_soon(run: Run, loop: asyncio.AbstractEventLoop) -> None:
     if run.closed or loop.is_closed():
         return
     try:
-        running = asyncio.get_running_loop()
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
         running = None
     if running is loop:
@@ -221,6 +239,10 @@ class ThreadChannel:
 
     def full_for(self, chunk: Chunk) -> bool:
         return len(self._q) >= self.max_chunks
+
+    def discard(self) -> None:
+        with self._cond:
+            self._q.clear()
 
     async def put(self, chunk: Chunk) -> None:
         while True:
@@ -271,8 +293,9 @@ class ThreadChannel:
 class _Engine:
     """The background thread and loop of one sync run. Holds no reference to the iterator."""
 
-    def __init__(self, pipeline: Pipeline[Any]) -> None:
+    def __init__(self, pipeline: Pipeline[Any], make_run: Callable[[], Run]) -> None:
         self.pipeline = pipeline
+        self.make_run = make_run
         self.ready = threading.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.run: Run | None = None
@@ -307,7 +330,7 @@ class _Engine:
 
     async def _amain(self) -> None:
         loop = asyncio.get_running_loop()
-        run = self.run = Run()
+        run = self.run = self.make_run()
         self.chan = chan = ThreadChannel(loop)
         stop = self.stop = asyncio.Event()
         try:
@@ -387,7 +410,8 @@ class PipelineIterator(_Resumable, Generic[T]):
         chan = self._chan
         if chan is None:
             pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
-            self._engine = _Engine(pipeline)
+            # no reference back to this iterator: its finalizer must be able to run
+            self._engine = _Engine(pipeline, functools.partial(Run, self._pipeline, self._opens))
             self._finalizer = weakref.finalize(self, self._engine.shutdown)
             chan = self._chan = self._engine.start()
         try:
@@ -415,14 +439,13 @@ class PipelineIterator(_Resumable, Generic[T]):
             self._finalizer.detach()
         if self._engine is not None:
             self._engine.shutdown()
+        if self._chan is not None:
+            self._chan.discard()
+
+    def _current_run(self) -> Run | None:
+        return self._engine.run if self._engine is not None else None
 
     def stats(self) -> RunStats:
         """Per-stage statistics of this run so far (see ``aioflow.stats``)."""
         eng = self._engine
         return eng.run.stats() if eng is not None and eng.run is not None else RunStats((), 0.0)
-
-
-async def _aiter_items(it: AsyncPipelineIterator[T]) -> AsyncIterator[T]:  # pragma: no cover
-    async with it:
-        async for x in it:
-            yield x

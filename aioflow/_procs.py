@@ -162,7 +162,7 @@ class ProcessPool:
         self.max_batch = max(1, (workers + CHUNK_MAX) // (2 * self.slots))
         self.prefix = f"aioflow{os.getpid()}p{next(_pool_ids)}"
         self.workers: list[_Worker] = []
-        self.graveyard: list[Any] = []  # killed processes, joined at close
+        self.graveyard: list[Any] = []  # dead or killed processes, joined at close
         self.pending: deque[_Task] = deque()
         self.fns: list[tuple[Callable[..., Any], bytes]] = []
         self.broken: tuple[int | None, int | None, int | None] | None = None
@@ -234,6 +234,7 @@ class ProcessPool:
             await asyncio.sleep(0.005)
         for p in procs:
             p.join()
+            p.close()  # its sentinel fds now, not whenever the object is collected
         for name in _worker.shm_dir_names(self.prefix):
             _worker.unlink_shm(name)
 
@@ -328,6 +329,7 @@ class ProcessPool:
         """A worker died on its own: fail its calls, and every later one (broken pool)."""
         self._drop(w)
         self.workers.remove(w)
+        self.graveyard.append(w.proc)
         w.proc.join(1.0)
         code = w.proc.exitcode
         sig = -code if code is not None and code < 0 else None

@@ -21,13 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import threading
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .stats import RunStats, StageMeter
+from ._meters import QueueMeter, StageMeter
+from .stats import RunStats
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -58,6 +61,10 @@ CHANNEL_ITEMS = 2 * CHUNK_MAX
 
 aclosing = contextlib.aclosing
 
+#: Whether runs keep per-stage stats (``AIOFLOW_STATS=0`` turns the meters off; read when a
+#: stage is opened, so ``bench/overhead.py`` can compare both in one process).
+METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
+
 
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
@@ -76,11 +83,15 @@ class Ctx:
 
     def open(self, pipeline: Pipeline[Any]) -> ChunkIter:
         """Open a sub-pipeline (from flat_map, interleave, ...) inside this run."""
-        return self.run.open(pipeline, parent=self.meter)
+        gen = self.run.open(pipeline, parent=self.meter)
+        self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
+        return gen
 
     def open_task(self, pipeline: Pipeline[Any], *, chunks: int = CHANNEL_CHUNKS) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
-        return self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+        gen = self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+        self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
+        return gen
 
 
 Build = Callable[[Ctx, Sequence[Opener]], ChunkIter]
@@ -103,7 +114,8 @@ class Node:
     inputs: tuple[Pipeline[Any], ...] = ()
     card: Callable[[Sequence[int]], int] = _same
     task: bool = False
-    holds: int = 0  # items the operator itself may hold at once, beyond channels
+    holds: int = 0  # input items the operator itself may hold at once, beyond channels
+    mult: int = 1  # how many input items one output item may hold (batch(n): n)
     chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
     items: int = CHANNEL_ITEMS  # ... and in items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
@@ -116,6 +128,7 @@ class Channel:
     ``put`` waits while the channel holds ``max_chunks`` chunks, or while adding the chunk
     would pass ``max_items`` (a chunk always fits into an empty channel). ``close(exc)``
     ends the stream: ``get`` returns ``None`` after the last chunk, or raises ``exc``.
+    With a ``QueueMeter`` (``attach``) it reports every change of its occupancy to it.
     """
 
     __slots__ = (
@@ -127,9 +140,7 @@ class Channel:
         "_q",
         "max_chunks",
         "max_items",
-        "occupancy_samples",
-        "occupancy_sum",
-        "peak",
+        "qm",
     )
 
     def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
@@ -141,9 +152,16 @@ class Channel:
         self._exc: BaseException | None = None
         self.max_chunks = max(1, max_chunks)
         self.max_items = max(1, max_items)
-        self.occupancy_sum = 0
-        self.occupancy_samples = 0
-        self.peak = 0
+        self.qm: QueueMeter | None = None
+
+    def attach(self, meter: StageMeter) -> None:
+        """Report this channel's occupancy to ``meter`` (the stage that fills it)."""
+        self.qm = meter.open_queue(self.max_chunks, self.max_items)
+
+    def detach(self) -> None:
+        qm, self.qm = self.qm, None
+        if qm is not None:
+            qm.close()
 
     def __len__(self) -> int:
         return self._n
@@ -152,6 +170,11 @@ class Channel:
         return bool(self._q) and (
             len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
         )
+
+    def discard(self) -> None:
+        """Drop whatever is still buffered (the run is over; nobody will read it)."""
+        self._q.clear()
+        self._n = 0
 
     async def put(self, chunk: Chunk) -> None:
         while self.full_for(chunk):
@@ -162,8 +185,8 @@ class Channel:
                 self._putter = None
         self._q.append(chunk)
         self._n += len(chunk)
-        if self._n > self.peak:
-            self.peak = self._n
+        if self.qm is not None:
+            self.qm.note(len(self._q), self._n)
         g = self._getter
         if g is not None and not g.done():
             g.set_result(None)
@@ -186,10 +209,10 @@ class Channel:
                 await fut
             finally:
                 self._getter = None
-        self.occupancy_sum += self._n
-        self.occupancy_samples += 1
         chunk = self._q.popleft()
         self._n -= len(chunk)
+        if self.qm is not None:
+            self.qm.note(len(self._q), self._n)
         p = self._putter
         if p is not None and not p.done():
             p.set_result(None)
@@ -206,9 +229,9 @@ async def _metered(gen: ChunkIter, meter: StageMeter) -> ChunkIter:
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
-                meter.t_next += pc() - t0
                 return
-            meter.t_next += pc() - t0
+            finally:
+                meter.t_next += pc() - t0
             meter.items_out += len(chunk)
             meter.chunks_out += 1
             yield chunk
@@ -222,6 +245,40 @@ async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
         async for chunk in src:
             for x in chunk:
                 yield x
+
+
+async def in_thread(fn: Callable[[], Any]) -> None:
+    """Run a blocking call (a pool's shutdown) in a thread of its own and await it.
+
+    Not in the loop's default executor: that refuses work once the interpreter is
+    exiting, which is exactly when a half-consumed run may still be closing.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    failure: list[BaseException] = []
+
+    def finish() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:  # reported to the awaiting task
+            failure.append(e)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(finish)
+
+    t = threading.Thread(target=target, name="aioflow-close", daemon=True)
+    t.start()
+    try:
+        await asyncio.shield(done)
+    finally:
+        if done.done():
+            t.join()
+    if failure:
+        raise failure[0]
 
 
 async def _wait_quietly(task: asyncio.Task[Any]) -> None:
@@ -241,15 +298,27 @@ async def _wait_quietly(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+_closing: set[asyncio.Task[None]] = set()  # runs being closed by abort()
+
+
 class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, root: Pipeline[Any] | None = None, opens: dict[int, int] | None = None
+    ) -> None:
+        # Static nodes are numbered in the root's graph, so a state can name them; `opens`
+        # (from a state) gives the open_index each node had in the run being resumed.
+        self.node_index: dict[int, int] = {} if root is None else _number_nodes(root)
+        self.resume_opens = opens
+        self.first_open: dict[int, int] = {}
+        self.open_counts: dict[int, int] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
         self.closed = False
         self.started = perf_counter()
+        self.ended: float | None = None  # when it closed: the stats of a finished run stay put
 
     # -- building ---------------------------------------------------------------------
     def meter_for(self, node: Node, parent: StageMeter | None) -> StageMeter:
@@ -270,19 +339,39 @@ class Run:
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller."""
         node = pipeline._node
+        gen, meter = self._build(node, parent)
+        if node.task or boundary:
+            meter.task = True
+            return self._reader(
+                gen, meter, chunks if chunks is not None else node.chunks, node.items
+            )
+        return _metered(gen, meter) if METER else gen
+
+    def _build(self, node: Node, parent: StageMeter | None) -> tuple[ChunkIter, StageMeter]:
+        """The node's own (unmetered) generator and its meter."""
         meter = self.meter_for(node, parent)
         openers = tuple(self._opener(q, parent) for q in node.inputs)
         for q in node.inputs:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
                 meter.inputs.append(m)
-        ctx = Ctx(self, node, meter, next(node.opens))
-        gen = _metered(node.build(ctx, openers), meter)
-        if node.task or boundary:
-            return self._reader(
-                gen, meter, chunks if chunks is not None else node.chunks, node.items
-            )
-        return gen
+        ctx = Ctx(self, node, meter, self._open_index(node))
+        return node.build(ctx, openers), meter
+
+    def _open_index(self, node: Node) -> int:
+        """How many times ``node`` was opened before: seeds per epoch derive from it."""
+        fresh = next(node.opens)
+        idx = self.node_index.get(id(node))
+        if idx is None:
+            return fresh
+        k = self.open_counts.get(idx, 0)
+        self.open_counts[idx] = k + 1
+        if k == 0:
+            base = fresh
+            if self.resume_opens is not None:
+                base = self.resume_opens.get(idx, fresh)
+            self.first_open[idx] = base
+        return self.first_open[idx] + k
 
     def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
@@ -293,7 +382,9 @@ class Run:
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
         meter.channel = chan
-        task = self.start(_pump(gen, chan, meter), meter.name)
+        if METER:
+            chan.attach(meter)
+        task = self.start(_pump(gen, chan, meter, METER), meter.name)
         pc = perf_counter
         try:
             while True:
@@ -309,6 +400,7 @@ class Run:
         finally:
             task.cancel()
             await _wait_quietly(task)
+            chan.detach()
 
     def start(self, coro: Any, name: str = "aioflow") -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
@@ -319,21 +411,40 @@ class Run:
     def start_output(self, pipeline: Pipeline[Any], chan: Any) -> asyncio.Task[Any]:
         """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
         node = pipeline._node
-        gen = self.open(pipeline)
-        meter = self.meter_for(node, None)
-        meter.channel = chan if isinstance(chan, Channel) else None
-        return self.start(_pump(gen, chan, meter), "output")
+        if node.task:
+            # the last stage pumps into a channel of its own already: this hop to the
+            # consumer is not a stage, and must not add its waits to that stage's
+            hop = StageMeter("output", None)
+            return self.start(_pump(self.open(pipeline), chan, hop, False), "output")
+        gen, meter = self._build(node, None)
+        if isinstance(chan, Channel):
+            meter.channel = chan
+            if METER:
+                chan.attach(meter)
+        return self.start(_pump(gen, chan, meter, METER), "output")
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
-        """Cancel every task of the run now (sync; used when an iterator is dropped)."""
-        self.closed = True
+        """Close the run soon, from a sync context on its loop (a dropped iterator).
+
+        Every task is cancelled now; a closing task then awaits them and closes the run's
+        pools. The closing task is kept referenced until it is done.
+        """
+        if self.closed:
+            return
+        self.ended = self.ended or perf_counter()
         for t in list(self.tasks):
             t.cancel()
+        closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
+        _closing.add(closer)
+        closer.add_done_callback(_closing.discard)
 
     async def aclose(self) -> None:
         """Cancel every task of the run, wait for all of them, then release resources."""
+        if self.closed:
+            return
         self.closed = True
+        self.ended = self.ended or perf_counter()
         for _ in range(10):
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
@@ -344,6 +455,9 @@ class Run:
         for t in list(self.tasks):
             if t.done() and not t.cancelled():
                 t.exception()
+        for m in self.meters.values():
+            if m.channel is not None:
+                m.channel.discard()
         while self.resources:
             closer = self.resources.pop()
             res = closer()
@@ -351,14 +465,53 @@ class Run:
                 await res
 
     def stats(self) -> RunStats:
-        return RunStats.from_meters(list(self.meters.values()), perf_counter() - self.started)
+        """A snapshot of the stats (callable from another thread while the run goes)."""
+        until = self.ended or perf_counter()
+        meters: list[StageMeter] = []
+        for _ in range(100):
+            try:
+                meters = list(self.meters.values())
+                break
+            except RuntimeError:  # the run's thread opened a stage meanwhile: try again
+                continue
+        return RunStats.from_meters(meters, until - self.started, until)
 
 
-async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter) -> None:
-    """Drive a (fused) stage generator and push its chunks into ``chan``."""
+def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
+    """Number the nodes of a graph in a fixed order (depth first from the sink)."""
+    out: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        p = stack.pop()
+        node = p._node
+        if id(node) in out:
+            continue
+        out[id(node)] = len(out)
+        stack.extend(reversed(node.inputs))
+    return out
+
+
+async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> None:
+    """Drive a (fused) stage generator and push its chunks into ``chan``.
+
+    ``metered``: count the stage's output and time here (as ``_metered`` does for a fused
+    stage), saving a generator layer per chunk.
+    """
     pc = perf_counter
+    nxt = gen.__anext__
     try:
-        async for chunk in gen:
+        while True:
+            t0 = pc()
+            try:
+                chunk = await nxt()
+            except StopAsyncIteration:
+                break
+            finally:
+                if metered:
+                    meter.t_next += pc() - t0
+            if metered:
+                meter.items_out += len(chunk)
+                meter.chunks_out += 1
             if chan.full_for(chunk):
                 t0 = pc()
                 await chan.put(chunk)

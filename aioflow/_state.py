@@ -1,10 +1,12 @@
 """Resumable iteration: what a state holds and how it is checked.
 
 A state is plain data (``json`` and ``pickle`` store it): a format version, a fingerprint
-of the pipeline's description (operator names and their configuration) and the number of
-items already yielded. Resuming runs the pipeline again and leaves out that many items,
-which is exact for deterministic pipelines (seeded shuffles included: a run's seeds come
-from the pipeline, not from the clock).
+of the pipeline's description (operator names and their configuration), the number of
+items already yielded, and for each node of the graph the ``open_index`` it had in that
+run (per-epoch seeds of shuffles derive from it). Resuming runs the pipeline again with
+the same open indexes and leaves out that many items, which is exact for deterministic
+pipelines (seeded shuffles included: a run's seeds come from the pipeline and its epoch,
+not from the clock). The cost: resuming recomputes the items it leaves out.
 """
 
 from __future__ import annotations
@@ -50,12 +52,18 @@ def _describe(v: Any) -> str:
     return type(v).__qualname__
 
 
-def make_state(pipeline: Pipeline[Any], position: int) -> dict[str, Any]:
-    return {"aioflow_state": STATE_VERSION, "pipeline": fingerprint(pipeline), "position": position}
+def make_state(pipeline: Pipeline[Any], position: int, opens: dict[int, int]) -> dict[str, Any]:
+    return {
+        "aioflow_state": STATE_VERSION,
+        "pipeline": fingerprint(pipeline),
+        "position": position,
+        # per node (numbered in the graph): its open_index in this run, for per-epoch seeds
+        "opens": {str(k): v for k, v in sorted(opens.items())},
+    }
 
 
-def check_state(pipeline: Pipeline[Any], state: Any) -> int:
-    """The position a state resumes from, after checking it belongs to ``pipeline``."""
+def check_state(pipeline: Pipeline[Any], state: Any) -> tuple[int, dict[int, int]]:
+    """The position and per-node open indexes a state resumes from, once checked."""
     if not isinstance(state, dict) or state.get("aioflow_state") != STATE_VERSION:
         raise StateMismatch(f"not an aioflow state (version {STATE_VERSION}): {state!r:.200}")
     want = fingerprint(pipeline)
@@ -67,4 +75,9 @@ def check_state(pipeline: Pipeline[Any], state: Any) -> int:
     pos = state.get("position")
     if not isinstance(pos, int) or isinstance(pos, bool) or pos < 0:
         raise StateMismatch(f"bad position in state: {pos!r}")
-    return pos
+    raw = state.get("opens", {})
+    try:
+        opens = {int(k): int(v) for k, v in raw.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
+    return pos, opens

@@ -359,6 +359,7 @@ class Pipeline(Generic[T]):
             _b.build_batch(size, drop_remainder, collate),
             card=_b.card_batch(size, drop_remainder),
             holds=size,
+            mult=size,
             key=(size, drop_remainder, collate),
         )
 
@@ -385,6 +386,7 @@ class Pipeline(Generic[T]):
             _b.build_rebatch(size, drop_remainder),
             card=lambda _: UNKNOWN_CARD,
             holds=size,
+            mult=size,
             key=(size, drop_remainder),
         )
 
@@ -405,6 +407,7 @@ class Pipeline(Generic[T]):
             _b.build_window(size, shift, drop_remainder),
             card=_b.card_window(size, shift, drop_remainder),
             holds=size,
+            mult=size,
             key=(size, shift, drop_remainder),
         )
 
@@ -534,31 +537,34 @@ class Pipeline(Generic[T]):
         return n
 
     def max_inflight(self) -> int:
-        """The static bound on items a run of this pipeline holds at once.
+        """The static bound on source items a run of this pipeline holds at once.
 
-        It adds up, over every stage, the channel after it (stages in their own task),
-        the chunk it may be working on, and what it holds itself (calls in flight, a batch
-        being built, a shuffle buffer), plus the consumer's side.
+        It adds up, over every stage, the channel after it (stages in their own task), the
+        chunk it may be working on, and what it holds itself (calls in flight, a batch
+        being built, a shuffle buffer), plus the consumer's side; an object that holds
+        others (a batch of n, a window) counts as the items it holds.
 
         Example:
             >>> import aioflow as af
             >>> af.range(10).prefetch(4).max_inflight() > 4
             True
         """
-        seen: set[int] = set()
-        total = CHANNEL_ITEMS + 4 * CHUNK_MAX  # the output channel and the consumer's side
+        seen: dict[int, int] = {}
+        total = 0
 
-        def walk(p: Pipeline[Any]) -> None:
+        def walk(p: Pipeline[Any]) -> int:
+            """Adds the stage's bound to ``total``; returns items per output object."""
             nonlocal total
             node = p._node
             if id(node) in seen:
-                return
-            seen.add(id(node))
-            total += node.holds + CHUNK_MAX
-            if node.task:
-                total += min(node.items, node.chunks * CHUNK_MAX)
-            for q in node.inputs:
-                walk(q)
+                return seen[id(node)]
+            m_in = sum(walk(q) for q in node.inputs) if node.inputs else 1
+            m_out = m_in * node.mult
+            objects = CHUNK_MAX + (min(node.items, node.chunks * CHUNK_MAX) if node.task else 0)
+            total += node.holds * m_in + objects * m_out
+            seen[id(node)] = m_out
+            return m_out
 
-        walk(self)
-        return total
+        m = walk(self)
+        # the output channel, and the consumer's side (a ThreadChannel of 4 chunks)
+        return total + (CHANNEL_ITEMS + 4 * CHUNK_MAX) * m

@@ -288,7 +288,7 @@ def build_pipe(
     async def pipe(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         feed = _ItemFeed(src)
         agen = stage(feed)
-        if not hasattr(agen, "__anext__"):
+        if agen is feed or not hasattr(agen, "__anext__"):
             raise PipelineError(
                 f"pipe({ctx.name}): the stage must be an async generator function"
                 " (`async def stage(items): ... yield ...`)"
@@ -351,7 +351,7 @@ def card_repeat(count: int | None) -> Callable[[Sequence[int]], int]:
         if c == 0 or count == 0:
             return 0
         if count is None or count < 0:
-            return INFINITE_CARD if _known(c) or c == INFINITE_CARD else UNKNOWN_CARD
+            return INFINITE_CARD  # as tf.data: even an unknown input repeats forever
         return c * count if _known(c) else c
 
     return card

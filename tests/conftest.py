@@ -1,0 +1,144 @@
+"""Shared fixtures: the event-loop matrix and the leak checks every fault test relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is in the test extras
+    uvloop = None
+
+
+def _debug_loop() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    loop.set_debug(True)
+    return loop
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, object]:
+    """Every async test runs on asyncio in debug mode and on uvloop."""
+    factories: dict[str, object] = {"asyncio-debug": _debug_loop}
+    if uvloop is not None:
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
+
+
+def _forkserver_pid() -> int | None:
+    try:
+        from multiprocessing import forkserver
+
+        return forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
+def _resource_tracker_pid() -> int | None:
+    try:
+        from multiprocessing import resource_tracker
+
+        return resource_tracker._resource_tracker._pid  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
+def _fds() -> dict[str, str]:
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+Snapshot = tuple[set[threading.Thread], set[int], dict[str, str]]
+
+
+def _snapshot() -> Snapshot:
+    proc = psutil.Process()
+    return set(threading.enumerate()), {c.pid for c in proc.children(recursive=True)}, _fds()
+
+
+def _leaks(before: Snapshot) -> list[str]:
+    threads0, children0, fds0 = before
+    proc = psutil.Process()
+    service = {_forkserver_pid(), _resource_tracker_pid()}
+    extra_threads = [t.name for t in threading.enumerate() if t not in threads0 and t.is_alive()]
+    extra_children = []
+    for c in proc.children(recursive=True):
+        if c.pid in children0 or c.pid in service:
+            continue
+        try:
+            if c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if c.ppid() in service:  # e.g. a worker of a still-running forkserver child
+                extra_children.append(f"{c.pid} (child of a multiprocessing service)")
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        extra_children.append(str(c.pid))
+    out = []
+    if extra_threads:
+        out.append(f"threads left: {extra_threads}")
+    if extra_children:
+        out.append(f"child processes left: {extra_children}")
+    fds = _fds()
+    new = {fd: target for fd, target in fds.items() if fds0.get(fd) != target}
+    if len(fds) > len(fds0):
+        out.append(f"open fds grew from {len(fds0)} to {len(fds)}: new {new}")
+    return out
+
+
+def wait_no_leaks(before: Snapshot, deadline: float = 5.0) -> None:
+    """Assert that within ``deadline`` s no thread, child process or fd of a run remains."""
+    end = time.monotonic() + deadline
+    while True:
+        gc.collect()
+        leaks = _leaks(before)
+        if not leaks:
+            return
+        if time.monotonic() > end:
+            raise AssertionError("; ".join(leaks))
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """After the test: no thread, child process or file descriptor of its runs remains."""
+    before = _snapshot()
+    yield
+    wait_no_leaks(before)
+
+
+async def assert_no_pending_tasks(deadline: float = 2.0) -> None:
+    """In an async test: every task but the test's own is done within ``deadline`` s."""
+    me = asyncio.current_task()
+    end = time.monotonic() + deadline
+    while True:
+        others = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if not others:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"tasks still pending: {others}")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_up_event_loops() -> None:
+    """uvloop (libuv) opens a process-wide pipe on first use: open it before any baseline."""
+    import aioflow as af
+
+    assert af.range(1).to_list() == [0]
+    if uvloop is not None:
+        loop = uvloop.new_event_loop()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()

@@ -1,0 +1,107 @@
+"""Every public export exists, is documented with an example, and the contract holds."""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+import subprocess
+import sys
+
+import aioflow as af
+
+
+def test_all_names_are_exported_and_exist():
+    for name in af.__all__:
+        assert hasattr(af, name), name
+    assert sorted(af.__all__) == sorted(set(af.__all__))
+
+
+def test_every_public_function_and_method_has_a_docstring_with_an_example():
+    missing = []
+    for name in af.__all__:
+        obj = getattr(af, name)
+        if inspect.isfunction(obj) and "Example" not in (obj.__doc__ or ""):
+            missing.append(name)
+    for name, fn in vars(af.Pipeline).items():
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        if "Example" not in (fn.__doc__ or ""):
+            missing.append(f"Pipeline.{name}")
+    assert not missing, missing
+
+
+def test_errors_derive_from_aioflow_error():
+    for name in (
+        "PipelineError",
+        "StageError",
+        "WorkerDied",
+        "StageTimeout",
+        "NextTimeout",
+        "StateMismatch",
+    ):
+        assert issubclass(getattr(af, name), af.AioflowError)
+    assert issubclass(af.StageTimeout, TimeoutError)
+    assert issubclass(af.NextTimeout, TimeoutError)
+
+
+def test_package_is_typed():
+    assert (pathlib.Path(af.__file__).parent / "py.typed").exists()
+
+
+def test_api_contract_names_of_the_core_are_present():
+    root = pathlib.Path(__file__).resolve().parents[1]
+    checker = root.parent / "shared" / "check_api.py"
+    if not checker.exists():  # the team's checker lives beside the project, not in it
+        return
+    out = subprocess.run(
+        [sys.executable, str(checker)], capture_output=True, text=True, cwd=root, check=False
+    ).stdout
+    assert "API contract:" in out, out
+    core = [
+        "from_iterable",
+        "from_dataflow",
+        "range",
+        "zip",
+        "concat",
+        "shard_from_env",
+        "Pipeline",
+        "AioflowError",
+        "WorkerDied",
+        "INFINITE",
+        "UNKNOWN",
+        "AUTOTUNE",
+    ]
+    core += [
+        f"Pipeline.{m}"
+        for m in (
+            "map",
+            "filter",
+            "flat_map",
+            "prefetch",
+            "batch",
+            "unbatch",
+            "rebatch",
+            "repeat",
+            "take",
+            "skip",
+            "enumerate",
+            "shard",
+            "window",
+            "scan",
+            "apply",
+            "pipe",
+            "iter",
+            "aiter",
+            "to_list",
+            "collect",
+            "cardinality",
+            "max_inflight",
+            "__iter__",
+            "__aiter__",
+            "__len__",
+        )
+    ]
+    for name in core:
+        qual = name if name.startswith("Pipeline") else f"aioflow.{name}"
+        assert f"missing: {qual}\n" not in out + "\n", out
+        assert f"missing: {qual}:" not in out, out
