@@ -1,4 +1,4 @@
-"""Combining pipelines: zip and concat (more fan-in operators join this module)."""
+"""Combining pipelines: zip, concat, sample_from, choose_from (fan-in operators)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,23 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
-from ._runtime import INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, aclosing
+import numpy as np
+
+from ._runtime import (
+    CHUNK_MAX,
+    INFINITE_CARD,
+    UNKNOWN_CARD,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    aclosing,
+)
 from .errors import PipelineError
 from .pipeline import Pipeline
+from .sampling import check_seed, epoch_rng, probabilities
 
-__all__ = ["concat", "zip"]
+__all__ = ["choose_from", "concat", "sample_from", "zip"]
 
 
 def _pipelines(name: str, ps: Sequence[Any]) -> tuple[Pipeline[Any], ...]:
@@ -87,3 +99,154 @@ def concat(*pipelines: Pipeline[Any]) -> Pipeline[Any]:
         return sum(cs)
 
     return Pipeline(Node("concat", lambda ctx, inputs: _concat(inputs), inputs=ps, card=card))
+
+
+def _infinite_if_all(cs: Sequence[int]) -> int:
+    return INFINITE_CARD if all(c == INFINITE_CARD for c in cs) else UNKNOWN_CARD
+
+
+async def _aclose_all(srcs: Sequence[ChunkIter]) -> None:
+    for s in srcs:
+        await s.aclose()
+
+
+def sample_from(
+    ps: Sequence[Pipeline[Any]],
+    weights: Sequence[float] | None = None,
+    *,
+    seed: int | None = None,
+    stop_on_empty: bool = False,
+) -> Pipeline[Any]:
+    """A random mix of several pipelines (tf.data ``sample_from_datasets``).
+
+    Every item comes from input ``i`` with probability ``weights[i]`` (uniform when
+    ``None``). When an input is exhausted the others keep being sampled, their weights
+    renormalized; with ``stop_on_empty`` the mix ends the first time an exhausted input is
+    drawn. The same ``seed`` gives the same mix; each epoch (``repeat``, a new iteration)
+    draws a new one, derived from the seed.
+
+    Example:
+        >>> import aioflow as af
+        >>> mix = af.sample_from([af.range(3), af.from_iterable("ab")], [0.5, 0.5], seed=1)
+        >>> sorted(map(str, mix.to_list()))
+        ['0', '1', '2', 'a', 'b']
+    """
+    ps = _pipelines("sample_from", list(ps))
+    n = len(ps)
+    w = probabilities("weights", [1.0] * n if weights is None else weights, n)
+    cum = np.cumsum(w)
+    rseed = check_seed(seed)
+
+    async def mix(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        rng = epoch_rng(rseed, ctx.open_index)
+        srcs = [o() for o in inputs]
+        bufs: list[list[Any]] = [[] for _ in srcs]
+        at = [0] * n
+        live = [bool(x > 0) for x in w]
+        nlive = sum(live)
+        out: list[Any] = []
+        try:
+            while nlive:
+                # one draw per pick, in blocks: the mix does not depend on chunk sizes
+                for i in np.searchsorted(cum, rng.random(CHUNK_MAX), side="right").tolist():
+                    if i >= n or not live[i]:
+                        continue  # an exhausted input: draw again (renormalized)
+                    if at[i] == len(bufs[i]):
+                        if out:
+                            yield out
+                            out = []
+                        try:
+                            bufs[i], at[i] = await anext(srcs[i]), 0
+                        except StopAsyncIteration:
+                            live[i] = False
+                            nlive -= 1
+                            if stop_on_empty or not nlive:
+                                return
+                            continue
+                    out.append(bufs[i][at[i]])
+                    at[i] += 1
+                if out:
+                    yield out
+                    out = []
+        finally:
+            await _aclose_all(srcs)
+
+    card = UNKNOWN_CARD if stop_on_empty else None
+    return Pipeline(
+        Node(
+            "sample_from",
+            mix,
+            inputs=ps,
+            card=lambda cs: card if card is not None else _infinite_if_all(cs),
+            key=(tuple(w.tolist()), rseed, stop_on_empty),
+        )
+    )
+
+
+def choose_from(ps: Sequence[Pipeline[Any]], choices: Pipeline[Any]) -> Pipeline[Any]:
+    """Items picked from several pipelines by a pipeline of indices (tf.data
+    ``choose_from_datasets``).
+
+    For every index ``i`` in ``choices`` the next item of ``ps[i]`` comes out; an index
+    of an exhausted input is skipped, and the result ends when ``choices`` ends or every
+    input is exhausted. An index outside ``range(len(ps))`` is an error (a
+    ``PipelineError`` naming it, after the items before it).
+
+    Example:
+        >>> import aioflow as af
+        >>> af.choose_from([af.range(3), af.from_iterable("ab")],
+        ...                af.from_iterable([0, 1, 1, 0, 1, 0])).to_list()
+        [0, 'a', 'b', 1, 2]
+    """
+    ps = _pipelines("choose_from", list(ps))
+    if not isinstance(choices, Pipeline):
+        raise PipelineError(f"choose_from: choices must be a Pipeline, got {type(choices)}")
+    n = len(ps)
+
+    async def choose(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        srcs = [o() for o in inputs[:n]]
+        picks = inputs[n]()
+        bufs: list[list[Any]] = [[] for _ in srcs]
+        at = [0] * n
+        live = [True] * n
+        nlive = n
+        pos = 0
+        out: list[Any] = []
+        try:
+            async for chunk in picks:
+                for i in chunk:
+                    if (
+                        isinstance(i, bool)
+                        or not isinstance(i, int | np.integer)
+                        or not (0 <= i < n)
+                    ):
+                        if out:
+                            yield out
+                        raise PipelineError(
+                            f"choose_from: choice {i!r} at position {pos} is not an index"
+                            f" of the {n} inputs"
+                        )
+                    pos += 1
+                    if not live[i]:
+                        continue
+                    if at[i] == len(bufs[i]):
+                        if out:
+                            yield out
+                            out = []
+                        try:
+                            bufs[i], at[i] = await anext(srcs[i]), 0
+                        except StopAsyncIteration:
+                            live[i] = False
+                            nlive -= 1
+                            if not nlive:
+                                return
+                            continue
+                    out.append(bufs[i][at[i]])
+                    at[i] += 1
+                if out:
+                    yield out
+                    out = []
+        finally:
+            await _aclose_all([*srcs, picks])
+
+    return Pipeline(Node("choose_from", choose, inputs=(*ps, choices), card=_infinite_if_all))
