@@ -39,20 +39,18 @@ _first = itemgetter(0)
 
 
 def _write(path: str, pairs: Iterator[tuple[Any, Any]] | list[tuple[Any, Any]]) -> None:
+    # one pickle per block, each with its own memo: a reader keeps no more than a block
     with open(path, "wb") as f:
-        pickler = pickle.Pickler(f, pickle.HIGHEST_PROTOCOL)
         it = iter(pairs)
         while block := list(islice(it, BLOCK)):
-            pickler.dump(block)
-            pickler.clear_memo()
+            pickle.dump(block, f, pickle.HIGHEST_PROTOCOL)
 
 
 def _read(path: str) -> Iterator[tuple[Any, Any]]:
     with open(path, "rb") as f:
-        unpickler = pickle.Unpickler(f)
         while True:
             try:
-                block = unpickler.load()
+                block = pickle.load(f)
             except EOFError:
                 return
             yield from block
@@ -187,6 +185,7 @@ async def external_sort(
                     run, pairs = pairs, pairs[max_in_memory:]
                     del run[max_in_memory:]
                     await runs.add(run)
+                    del run  # on disk now: only the next run is held
         if runs is None:
             pairs.sort(key=_first, reverse=reverse)
             for i in range(0, len(pairs), CHUNK_MAX):

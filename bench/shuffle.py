@@ -18,7 +18,7 @@ from itertools import islice
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import aioflow as af  # noqa: E402
+import aioflow as af
 
 
 def plain(arr: np.ndarray, buf_size: int, seed: int) -> int:

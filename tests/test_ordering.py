@@ -349,3 +349,12 @@ def test_group_by_rejects_bad_limits():
         af.range(3).group_by(lambda x: x, size=0)
     with pytest.raises(af.PipelineError):
         af.range(3).group_by(lambda x: x, max_keys=0)
+
+
+def test_external_sort_round_trips_objects_shared_between_items(tmp_path):
+    # the same objects in many items: pickled as references, block after block
+    shared = [f"payload-{i}" * 3 for i in range(3)] + [(1, 2), frozenset({"x"})]
+    items = [(i % 11, shared[i % len(shared)]) for i in range(5000)]
+    key = lambda t: t[0]  # noqa: E731
+    p = af.from_iterable(items).sort_by(key, max_in_memory=1500, spill_dir=str(tmp_path))
+    assert p.to_list() == sorted(items, key=key)
