@@ -19,13 +19,13 @@ import os
 import pickle
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing
+from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
 from .errors import annotate
 
 __all__ = ["FANIN", "external_sort", "keys_of"]
@@ -110,36 +110,20 @@ class _Runs:
 
 
 async def _in_thread(fn: Callable[..., None], *args: Any) -> None:
-    """Run ``fn(*args)`` in a thread of its own; on cancellation, wait for it to end.
+    """``fn(*args)`` in a thread; a cancelled caller still waits for the thread to end.
 
-    A thread that writes a run cannot be stopped, and its files may only be removed
-    after it ends: a cancelled sort waits (blocking, at most one run's write) for it.
+    A thread that writes a run cannot be stopped, and the files may only be removed
+    after it ended.
     """
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    failure: list[BaseException] = []
-
-    def finish() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def target() -> None:
-        try:
-            fn(*args)
-        except BaseException as e:  # re-raised in the awaiting task
-            failure.append(e)
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(finish)
-
-    t = threading.Thread(target=target, name="aioflow-sort", daemon=True)
-    t.start()
+    task = asyncio.ensure_future(in_thread(partial(fn, *args)))
     try:
-        await asyncio.shield(done)
-    finally:
-        t.join()
-    if failure:
-        raise failure[0]
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([task])
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the caller is cancelled anyway
+        raise
 
 
 def keys_of(
@@ -197,6 +181,8 @@ async def external_sort(
         merged = await runs.merged()
         while block := [p[1] for p in islice(merged, CHUNK_MAX)]:
             yield block
+    except Exception as e:  # keys that do not compare, items that do not pickle, ...
+        raise annotate(e, ctx.name) from None
     finally:
         if runs is not None:
             runs.remove()

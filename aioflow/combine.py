@@ -105,9 +105,45 @@ def _infinite_if_all(cs: Sequence[int]) -> int:
     return INFINITE_CARD if all(c == INFINITE_CARD for c in cs) else UNKNOWN_CARD
 
 
-async def _aclose_all(srcs: Sequence[ChunkIter]) -> None:
-    for s in srcs:
-        await s.aclose()
+async def _directed(
+    srcs: list[ChunkIter], picks: ChunkIter, live: list[bool], stop_on_empty: bool
+) -> ChunkIter:
+    """tf.data's directed interleave: for every index from ``picks``, the next item of that
+    input. The index of an exhausted input is skipped (with ``stop_on_empty`` it ends the
+    stream); the stream ends with ``picks`` or when every live input is exhausted.
+    """
+    bufs: list[list[Any]] = [[] for _ in srcs]
+    at = [0] * len(srcs)
+    nlive = sum(live)
+    out: list[Any] = []
+    try:
+        if not nlive:
+            return
+        async for block in picks:
+            for i in block:
+                if not live[i]:
+                    continue
+                if at[i] == len(bufs[i]):
+                    if out:
+                        yield out
+                        out = []
+                    try:
+                        bufs[i], at[i] = await anext(srcs[i]), 0
+                    except StopAsyncIteration:
+                        live[i] = False
+                        nlive -= 1
+                        if stop_on_empty or not nlive:
+                            return
+                        continue
+                out.append(bufs[i][at[i]])
+                at[i] += 1
+            if out:
+                yield out
+                out = []
+    finally:
+        await picks.aclose()
+        for s in srcs:
+            await s.aclose()
 
 
 def sample_from(
@@ -137,50 +173,38 @@ def sample_from(
     cum = np.cumsum(w)
     rseed = check_seed(seed)
 
-    async def mix(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        rng = epoch_rng(rseed, ctx.open_index)
-        srcs = [o() for o in inputs]
-        bufs: list[list[Any]] = [[] for _ in srcs]
-        at = [0] * n
-        live = [bool(x > 0) for x in w]
-        nlive = sum(live)
-        out: list[Any] = []
-        try:
-            while nlive:
-                # one draw per pick, in blocks: the mix does not depend on chunk sizes
-                for i in np.searchsorted(cum, rng.random(CHUNK_MAX), side="right").tolist():
-                    if i >= n or not live[i]:
-                        continue  # an exhausted input: draw again (renormalized)
-                    if at[i] == len(bufs[i]):
-                        if out:
-                            yield out
-                            out = []
-                        try:
-                            bufs[i], at[i] = await anext(srcs[i]), 0
-                        except StopAsyncIteration:
-                            live[i] = False
-                            nlive -= 1
-                            if stop_on_empty or not nlive:
-                                return
-                            continue
-                    out.append(bufs[i][at[i]])
-                    at[i] += 1
-                if out:
-                    yield out
-                    out = []
-        finally:
-            await _aclose_all(srcs)
+    async def draws(rng: np.random.Generator) -> ChunkIter:
+        # one draw per pick, in blocks: the mix does not depend on chunk sizes
+        while True:
+            idx = np.searchsorted(cum, rng.random(CHUNK_MAX), side="right")
+            yield np.minimum(idx, n - 1).tolist()
 
-    card = UNKNOWN_CARD if stop_on_empty else None
-    return Pipeline(
-        Node(
-            "sample_from",
-            mix,
-            inputs=ps,
-            card=lambda cs: card if card is not None else _infinite_if_all(cs),
-            key=(tuple(w.tolist()), rseed, stop_on_empty),
-        )
-    )
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        picks = draws(epoch_rng(rseed, ctx.open_index))
+        return _directed([o() for o in inputs], picks, [x > 0 for x in w], stop_on_empty)
+
+    def card(cs: Sequence[int]) -> int:
+        return UNKNOWN_CARD if stop_on_empty else _infinite_if_all(cs)
+
+    key = (tuple(w.tolist()), rseed, stop_on_empty)
+    return Pipeline(Node("sample_from", build, inputs=ps, card=card, key=key))
+
+
+async def _indices(src: ChunkIter, n: int) -> ChunkIter:
+    """The chunks of a choices pipeline, checked: an index that is not one is an error."""
+    pos = 0
+    async with aclosing(src):
+        async for chunk in src:
+            for j, i in enumerate(chunk):
+                if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < n:
+                    if j:
+                        yield chunk[:j]
+                    raise PipelineError(
+                        f"choose_from: choice {i!r} at position {pos + j} is not an index"
+                        f" of the {n} inputs"
+                    )
+            pos += len(chunk)
+            yield chunk
 
 
 def choose_from(ps: Sequence[Pipeline[Any]], choices: Pipeline[Any]) -> Pipeline[Any]:
@@ -203,50 +227,8 @@ def choose_from(ps: Sequence[Pipeline[Any]], choices: Pipeline[Any]) -> Pipeline
         raise PipelineError(f"choose_from: choices must be a Pipeline, got {type(choices)}")
     n = len(ps)
 
-    async def choose(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        srcs = [o() for o in inputs[:n]]
-        picks = inputs[n]()
-        bufs: list[list[Any]] = [[] for _ in srcs]
-        at = [0] * n
-        live = [True] * n
-        nlive = n
-        pos = 0
-        out: list[Any] = []
-        try:
-            async for chunk in picks:
-                for i in chunk:
-                    if (
-                        isinstance(i, bool)
-                        or not isinstance(i, int | np.integer)
-                        or not (0 <= i < n)
-                    ):
-                        if out:
-                            yield out
-                        raise PipelineError(
-                            f"choose_from: choice {i!r} at position {pos} is not an index"
-                            f" of the {n} inputs"
-                        )
-                    pos += 1
-                    if not live[i]:
-                        continue
-                    if at[i] == len(bufs[i]):
-                        if out:
-                            yield out
-                            out = []
-                        try:
-                            bufs[i], at[i] = await anext(srcs[i]), 0
-                        except StopAsyncIteration:
-                            live[i] = False
-                            nlive -= 1
-                            if not nlive:
-                                return
-                            continue
-                    out.append(bufs[i][at[i]])
-                    at[i] += 1
-                if out:
-                    yield out
-                    out = []
-        finally:
-            await _aclose_all([*srcs, picks])
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        picks = _indices(inputs[n](), n)
+        return _directed([o() for o in inputs[:n]], picks, [True] * n, False)
 
-    return Pipeline(Node("choose_from", choose, inputs=(*ps, choices), card=_infinite_if_all))
+    return Pipeline(Node("choose_from", build, inputs=(*ps, choices), card=_infinite_if_all))

@@ -143,10 +143,15 @@ def build_sort_by(
                         yield list(map(third, map(pushpop, entries)))
                     if failure is not None:
                         break
-            except Exception as e:
-                failure = e
+            except Exception as e:  # upstream, or keys that do not compare
+                failure = annotate(e, ctx.name, pos)
         # the end, or an error: what is left comes out in order (before the error)
-        heap.sort()
+        try:
+            heap.sort()
+        except Exception as e:
+            if failure is None:
+                raise annotate(e, ctx.name, pos) from None
+            heap.clear()  # the keys do not compare: only the error comes out
         for i in range(0, len(heap), CHUNK_MAX):
             yield [e[2] for e in heap[i : i + CHUNK_MAX]]
         if failure is not None:

@@ -7,10 +7,7 @@ import pytest
 
 import aioflow as af
 from tests.conftest import assert_no_pending_tasks
-
-
-class Boom(Exception):
-    pass
+from tests.test_transforms import Boom
 
 
 def reference_sample(lists, weights, seed, stop_on_empty=False, epoch=0):
@@ -22,8 +19,8 @@ def reference_sample(lists, weights, seed, stop_on_empty=False, epoch=0):
     live = [x > 0 for x in w]
     out = []
     while any(live):
-        for i in np.searchsorted(cum, rng.random(256), side="right"):
-            if i >= len(its) or not live[i]:
+        for i in np.minimum(np.searchsorted(cum, rng.random(256), side="right"), len(its) - 1):
+            if not live[i]:
                 continue
             try:
                 out.append(next(its[i]))

@@ -15,21 +15,9 @@ from hypothesis import strategies as st
 import aioflow as af
 from aioflow import _spill, ordering, partition, sampling
 from tests.conftest import assert_no_pending_tasks
+from tests.test_transforms import Boom, fail_at
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class Boom(Exception):
-    pass
-
-
-def fail_at(n):
-    def fn(x):
-        if x == n:
-            raise Boom("bad", x)
-        return x
-
-    return fn
 
 
 def test_docstring_examples_of_the_ordering_modules_run():
@@ -358,3 +346,64 @@ def test_external_sort_round_trips_objects_shared_between_items(tmp_path):
     key = lambda t: t[0]  # noqa: E731
     p = af.from_iterable(items).sort_by(key, max_in_memory=1500, spill_dir=str(tmp_path))
     assert p.to_list() == sorted(items, key=key)
+
+
+@pytest.mark.parametrize("kw", [{"buffer_size": 2}, {}, {"max_in_memory": 2}])
+def test_keys_that_do_not_compare_raise_a_type_error_naming_the_stage(kw, tmp_path):
+    p = af.from_iterable([3, 1, "a", 2, None]).sort_by(lambda x: x, spill_dir=str(tmp_path), **kw)
+    with pytest.raises(TypeError) as info:
+        p.to_list()
+    assert any("sort_by" in n for n in info.value.__notes__)
+    assert os.listdir(tmp_path) == []
+
+
+def test_max_inflight_counts_the_buffers_of_ordering_operators():
+    base = af.range(10).max_inflight()
+    assert af.range(10).shuffle(5000).max_inflight() >= base + 5000
+    assert af.range(10).sort_by(lambda x: x, buffer_size=3000).max_inflight() >= base + 3000
+    assert af.range(10).group_by(lambda x: x, size=10, max_keys=100).max_inflight() >= 1000
+
+
+def test_a_seeded_shuffle_resumes_from_a_state_after_a_restart():
+    def make():  # the job rebuilds its pipeline after a restart
+        return af.range(300).shuffle(50, seed=9).batch(10, collate=list)
+
+    whole = make().to_list()
+    with make().iter() as it:
+        head = [next(it) for _ in range(7)]
+        state = it.state_dict()
+    assert head == whole[:7]
+    assert list(make().iter(state=state)) == whole[7:]
+
+
+class SlowToPickle:
+    """An item whose pickling takes a while (so that a cancel lands during a spill)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __reduce__(self):
+        import time
+
+        time.sleep(0.002)
+        return SlowToPickle, (self.n,)
+
+
+async def test_a_sort_cancelled_while_its_thread_writes_a_run_waits_for_it_then_cleans_up(
+    tmp_path, no_leaks
+):
+    p = (
+        af.range(400)
+        .map(SlowToPickle)
+        .sort_by(lambda s: -s.n, max_in_memory=200, spill_dir=str(tmp_path))
+    )
+    task = asyncio.ensure_future(p.collect())
+    for _ in range(200):  # until the first run is being written
+        await asyncio.sleep(0.01)
+        if list(tmp_path.glob("*/run-*")):
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert os.listdir(tmp_path) == []
+    await assert_no_pending_tasks()

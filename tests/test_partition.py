@@ -12,12 +12,9 @@ from hypothesis import strategies as st
 import aioflow as af
 from aioflow.partition import partition_of
 from tests.conftest import assert_no_pending_tasks
+from tests.test_transforms import Boom
 
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class Boom(Exception):
-    pass
 
 
 #: two keys that land in different partitions of two: key TWO[i] goes to partition i
