@@ -9,11 +9,14 @@ bounded memory.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from itertools import count
 from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
 from ._spill import external_sort, keys_of
@@ -54,6 +57,9 @@ def build_shuffle(
     """
     check_size("shuffle buffer_size", buffer_size)
     seed = check_seed(seed)
+    if seed is None and not reshuffle_each_iteration:
+        # as in tf.data: a random order, the same for every epoch of this pipeline
+        seed = check_seed(np.random.SeedSequence().entropy)
 
     async def shuffle(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         rng = epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0)
@@ -164,7 +170,7 @@ def build_sort_by(
 def build_group_by(
     key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    """Per-key groups in a dict whose order is the order in which each open group began."""
+    """Per-key groups, kept in the order in which each open group began."""
     if not callable(key):
         raise PipelineError(f"group_by needs a callable key, got {key!r}")
     check_size("group_by size", size, none_ok=True)
@@ -173,7 +179,8 @@ def build_group_by(
     most = max_keys if max_keys is not None else -1
 
     async def group(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        groups: dict[Hashable, list[Any]] = {}
+        # an OrderedDict: a plain dict's first key is slow to find after many deletions
+        groups: OrderedDict[Hashable, list[Any]] = OrderedDict()
         pos = 0
         async with aclosing(src):
             async for chunk in src:
@@ -189,8 +196,7 @@ def build_group_by(
                     pos += 1
                     if g is None:
                         if len(groups) == most:  # the oldest open group makes room
-                            old = next(iter(groups))
-                            out.append((old, groups.pop(old)))
+                            out.append(groups.popitem(last=False))
                         g = groups[k] = []
                     g.append(x)
                     if len(g) == full:

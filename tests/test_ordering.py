@@ -68,6 +68,11 @@ def test_shuffle_without_seed_is_random_each_time():
     assert p.to_list() != p.to_list()
 
 
+def test_shuffle_without_seed_or_reshuffle_keeps_one_random_order_per_pipeline():
+    p = af.range(200).shuffle(50, reshuffle_each_iteration=False)
+    assert p.to_list() == p.to_list() != af.range(200).shuffle(50).to_list()
+
+
 def test_shuffle_of_short_and_empty_inputs():
     assert af.range(0).shuffle(10, seed=1).to_list() == []
     out = af.range(5).shuffle(100, seed=1).to_list()
@@ -330,6 +335,36 @@ def test_group_by_delivers_groups_before_a_key_error():
         for g in it:
             got.append(g)
     assert got == [(0, [0]), (1, [1]), (2, [2]), (3, [3]), (4, [4])]
+
+
+def reference_group_by(items, key, size, max_keys):
+    """group_by the slow way: open groups with the time they began."""
+    groups, out = {}, []
+    for t, x in enumerate(items):
+        k = key(x)
+        if k not in groups:
+            if max_keys is not None and len(groups) == max_keys:
+                oldest = min(groups, key=lambda g: groups[g][0])
+                out.append((oldest, groups.pop(oldest)[1]))
+            groups[k] = (t, [])
+        groups[k][1].append(x)
+        if size is not None and len(groups[k][1]) == size:
+            out.append((k, groups.pop(k)[1]))
+    return out + [(k, g) for k, (_, g) in sorted(groups.items(), key=lambda kv: kv[1][0])]
+
+
+@FEW
+@given(
+    keys=st.lists(st.integers(0, 8), max_size=150),
+    size=st.none() | st.integers(1, 5),
+    max_keys=st.none() | st.integers(1, 4),
+)
+def test_group_by_matches_a_reference_and_bounds_open_groups(keys, size, max_keys):
+    items = list(enumerate(keys))
+    key = lambda t: t[1]  # noqa: E731
+    out = af.from_iterable(items).group_by(key, size=size, max_keys=max_keys).to_list()
+    assert out == reference_group_by(items, key, size, max_keys)
+    assert sorted(x for _, g in out for x in g) == items
 
 
 def test_group_by_rejects_bad_limits():
