@@ -211,16 +211,18 @@ def choose_from(ps: Sequence[Pipeline[Any]], choices: Pipeline[Any]) -> Pipeline
     """Items picked from several pipelines by a pipeline of indices (tf.data
     ``choose_from_datasets``).
 
-    For every index ``i`` in ``choices`` the next item of ``ps[i]`` comes out; an index
-    of an exhausted input is skipped, and the result ends when ``choices`` ends or every
-    input is exhausted. An index outside ``range(len(ps))`` is an error (a
-    ``PipelineError`` naming it, after the items before it).
+    For every index ``i`` in ``choices`` the next item of ``ps[i]`` comes out. The result
+    ends with ``choices``, or at the first index of an exhausted input (as
+    ``tf.data.Dataset.choose_from_datasets`` with its default
+    ``stop_on_empty_dataset=True``: the items never silently stop following the
+    choices). An index outside ``range(len(ps))`` is an error (a ``PipelineError``
+    naming it, after the items before it).
 
     Example:
         >>> import aioflow as af
         >>> af.choose_from([af.range(3), af.from_iterable("ab")],
         ...                af.from_iterable([0, 1, 1, 0, 1, 0])).to_list()
-        [0, 'a', 'b', 1, 2]
+        [0, 'a', 'b', 1]
     """
     ps = _pipelines("choose_from", list(ps))
     if not isinstance(choices, Pipeline):
@@ -229,6 +231,6 @@ def choose_from(ps: Sequence[Pipeline[Any]], choices: Pipeline[Any]) -> Pipeline
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         picks = _indices(inputs[n](), n)
-        return _directed([o() for o in inputs[:n]], picks, [True] * n, False)
+        return _directed([o() for o in inputs[:n]], picks, [True] * n, True)
 
     return Pipeline(Node("choose_from", build, inputs=(*ps, choices), card=_infinite_if_all))

@@ -107,9 +107,9 @@ def test_choose_from_follows_the_choices():
     assert p.to_list() == [0, "a", "b", 1, 100, 101, 2]
 
 
-def test_choose_from_skips_exhausted_inputs_and_ends_when_all_are():
-    p = af.choose_from([af.range(2), af.from_iterable("a")], af.from_iterable([1, 1, 0, 1, 0]))
-    assert p.to_list() == ["a", 0, 1]
+def test_choose_from_stops_at_the_first_choice_of_an_exhausted_input():
+    p = af.choose_from([af.range(2), af.from_iterable("a")], af.from_iterable([1, 0, 1, 0, 0]))
+    assert p.to_list() == ["a", 0]  # the second 1 finds input 1 exhausted: the end
     forever = af.range(2).repeat()
     assert af.choose_from([af.range(3), af.range(10, 12)], forever).to_list() == [
         0,

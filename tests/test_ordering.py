@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import doctest
 import os
 import tempfile
 
@@ -13,17 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-from aioflow import _spill, ordering, partition, sampling
+from aioflow import _spill
 from tests.conftest import assert_no_pending_tasks
 from tests.test_transforms import Boom, fail_at
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def test_docstring_examples_of_the_ordering_modules_run():
-    for mod in (ordering, _spill, partition, sampling):
-        result = doctest.testmod(mod)
-        assert result.failed == 0, mod.__name__
 
 
 # -- shuffle -------------------------------------------------------------------------------
