@@ -82,8 +82,7 @@ class _Input(Channel):
     def abandon(self) -> None:
         # the partition's pipeline stopped reading (take, an error): never block the router
         self.gone = True
-        self._q.clear()
-        self._n = 0
+        self.discard()
         p = self._putter
         if p is not None and not p.done():
             p.set_result(None)
