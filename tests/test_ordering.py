@@ -435,3 +435,16 @@ async def test_a_sort_cancelled_while_its_thread_writes_a_run_waits_for_it_then_
         await task
     assert os.listdir(tmp_path) == []
     await assert_no_pending_tasks()
+
+
+def test_break_in_a_sync_for_over_ordering_operators_leaves_nothing_behind(tmp_path, no_leaks):
+    pipelines = [
+        af.range(10**5).shuffle(1000, seed=1),
+        af.range(10**5).sort_by(lambda x: -x, buffer_size=100),
+        af.range(10**5).sort_by(lambda x: -x, max_in_memory=10**4, spill_dir=str(tmp_path)),
+        af.range(10**5).group_by(lambda x: x % 7, size=3),
+    ]
+    for p in pipelines:
+        for _ in p:
+            break
+    assert os.listdir(tmp_path) == []

@@ -221,3 +221,10 @@ def test_partition_by_preserves_per_key_order_and_loses_nothing(items, n):
     out = af.from_iterable(items).partition_by(key, n, lambda p: p.map(lambda t: t)).to_list()
     assert sorted(out) == sorted(items)
     assert by_key(out, key) == by_key(items, key)
+
+
+def test_break_in_a_sync_for_over_partitions_leaves_nothing_running(no_leaks):
+    p = af.range(10**6).partition_by(lambda x: x % 5, 4, lambda q: q.map(lambda x: x + 1))
+    for x in p:
+        if x > 1000:
+            break
