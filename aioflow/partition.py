@@ -184,7 +184,10 @@ def build_partition_by(
         chans = [_Input() for _ in range(num_partitions)]
         subs: list[ChunkIter] = []
         for i, chan in enumerate(chans):
-            sub = fn(_feed(chan, i))
+            try:
+                sub = fn(_feed(chan, i))
+            except Exception as e:
+                raise annotate(e, ctx.name) from None
             if not isinstance(sub, Pipeline):
                 raise PipelineError(
                     f"partition_by: fn returned {type(sub).__name__}, not a Pipeline"

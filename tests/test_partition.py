@@ -211,6 +211,18 @@ def test_partition_by_checks_its_arguments():
         af.range(3).partition_by(lambda x: x, 2, lambda p: [1, 2]).to_list()
 
 
+def test_an_error_in_fn_itself_reaches_the_consumer_as_itself(no_leaks):
+    err = Boom("fn")
+
+    def fn(p):
+        raise err
+
+    with pytest.raises(Boom) as info:
+        af.range(3).partition_by(lambda x: x, 2, fn).to_list()
+    assert info.value is err
+    assert any("partition_by" in n for n in info.value.__notes__)
+
+
 @FEW
 @given(
     items=st.lists(st.tuples(st.integers(0, 9), st.integers()), max_size=300),
