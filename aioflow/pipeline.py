@@ -638,7 +638,12 @@ class Pipeline(Generic[T]):
             f"rejection_resample({fn_name(class_fn)})",
             _s.build_rejection_resample(class_fn, target_dist, initial_dist, seed),
             card=_o.card_unknown,
-            key=(class_fn, tuple(target_dist), initial_dist and tuple(initial_dist), seed),
+            key=(
+                class_fn,
+                tuple(target_dist),
+                None if initial_dist is None else tuple(initial_dist),
+                seed,
+            ),
         )
 
     # -- io and caching (issue 5) --------------------------------------------------------

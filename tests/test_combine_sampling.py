@@ -171,6 +171,9 @@ def test_rejection_resample_of_empty_input_and_a_target_of_the_initial_keeps_eve
     assert af.range(0).rejection_resample(lambda x: 0, [1.0], seed=0).to_list() == []
     p = af.range(100).rejection_resample(lambda x: x % 2, [0.5, 0.5], initial_dist=[0.5, 0.5])
     assert p.to_list() == list(range(100))
+    half = np.array([0.5, 0.5])  # numpy distributions work as well as lists
+    q = af.range(100).rejection_resample(lambda x: x % 2, half, initial_dist=half, seed=1)
+    assert q.to_list() == list(range(100))
 
 
 def test_rejection_resample_rejects_bad_classes_and_distributions():
