@@ -200,3 +200,19 @@ def test_rejection_resample_class_fn_error_comes_after_earlier_items():
             got.append(x)
     assert got == list(range(700))
     assert any("at item 700" in n for n in info.value.__notes__)
+
+
+def test_a_seeded_mix_and_resampling_resume_from_a_state():
+    def make():
+        mix = af.sample_from([af.range(200), af.range(1000, 1200)], [0.3, 0.7], seed=5)
+        return mix.rejection_resample(lambda x: int(x >= 1000), [0.5, 0.5], seed=6)
+
+    p = make()
+    p.to_list()  # epoch 0; the second one is interrupted and resumed
+    with p.iter() as it:
+        head = [next(it) for _ in range(25)]
+        state = it.state_dict()
+    rest = list(p.iter(state=state))
+    fresh = make()
+    fresh.to_list()
+    assert head + rest == fresh.to_list()

@@ -448,3 +448,14 @@ def test_break_in_a_sync_for_over_ordering_operators_leaves_nothing_behind(tmp_p
         for _ in p:
             break
     assert os.listdir(tmp_path) == []
+
+
+def test_a_reshuffled_epoch_resumes_from_its_state_in_the_same_process():
+    p = af.range(300).shuffle(50, seed=9)
+    assert p.to_list() == reference_shuffle(list(range(300)), 50, 9, epoch=0)
+    second = reference_shuffle(list(range(300)), 50, 9, epoch=1)
+    with p.iter() as it:  # the second epoch, interrupted
+        head = [next(it) for _ in range(40)]
+        state = it.state_dict()
+    assert head == second[:40]
+    assert list(p.iter(state=state)) == second[40:]
