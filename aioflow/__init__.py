@@ -30,6 +30,7 @@ from .transforms import shard_from_env
 # parallel (issue 3)
 
 # ordering and sampling (issue 4)
+from .combine import choose_from, sample_from
 
 # io (issue 5)
 
@@ -57,11 +58,13 @@ __all__ = [
     "WorkerDied",
     "__version__",
     "bench",
+    "choose_from",
     "concat",
     "default_collate",
     "from_dataflow",
     "from_iterable",
     "range",
+    "sample_from",
     "shard_from_env",
     "zip",
 ]
