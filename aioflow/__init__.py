@@ -32,6 +32,18 @@ from .transforms import shard_from_env
 # ordering and sampling (issue 4)
 
 # io (issue 5)
+# isort: split
+from .errors import BadInput
+from .io import (
+    list_files,
+    read_bytes,
+    read_jsonl,
+    read_lines,
+    read_npy,
+    read_parquet,
+    read_tar,
+    read_tfrecord,
+)
 
 # observing (issue 6)
 from ._bench import BenchResult, bench
@@ -44,6 +56,7 @@ __all__ = [
     "UNKNOWN",
     "AioflowError",
     "AsyncPipelineIterator",
+    "BadInput",
     "BenchResult",
     "NextTimeout",
     "Pipeline",
@@ -61,7 +74,15 @@ __all__ = [
     "default_collate",
     "from_dataflow",
     "from_iterable",
+    "list_files",
     "range",
+    "read_bytes",
+    "read_jsonl",
+    "read_lines",
+    "read_npy",
+    "read_parquet",
+    "read_tar",
+    "read_tfrecord",
     "shard_from_env",
     "zip",
 ]

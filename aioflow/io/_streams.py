@@ -1,0 +1,191 @@
+"""What every reader shares: opening a path as an async byte stream, a read buffer that
+knows its file offset, and the ``Pipeline`` node a reader makes.
+
+A local path is read through aiofiles (each read a call in the loop's default thread
+pool); a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...) through fsspec
+(``remote.py``). Reads are blocks of 64 KiB growing to 1 MiB, so a reader gives its first
+item quickly and then moves large blocks; a reader holds one block plus the record it is
+parsing, never the whole file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
+
+import aiofiles
+
+from .._calls import ErrorPolicy
+from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from ..errors import BadInput, PipelineError
+from ..pipeline import Pipeline
+
+__all__ = [
+    "BLOCK_MAX",
+    "BLOCK_MIN",
+    "ByteStream",
+    "Buffered",
+    "LocalStream",
+    "bad_input",
+    "check_path",
+    "is_url",
+    "open_stream",
+    "reader",
+]
+
+BLOCK_MIN = 64 * 1024
+BLOCK_MAX = 1024 * 1024
+
+
+class ByteStream(Protocol):
+    """An open file, local or remote: ``read(n)`` returns up to ``n`` bytes, b"" at EOF."""
+
+    async def read(self, n: int) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalStream:
+    __slots__ = ("_f",)
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    async def read(self, n: int) -> bytes:
+        data: bytes = await self._f.read(n)
+        return data
+
+    async def readall(self) -> bytes:
+        data: bytes = await self._f.read()
+        return data
+
+    async def aclose(self) -> None:
+        await self._f.close()
+
+
+def is_url(path: str) -> bool:
+    """True for ``scheme://...`` paths other than ``file://`` (those are read by fsspec)."""
+    head, sep, _ = path.partition("://")
+    return bool(sep) and head.isidentifier() and head.lower() != "file"
+
+
+def local_path(path: str) -> str:
+    return path[len("file://") :] if path.lower().startswith("file://") else path
+
+
+def check_path(path: Any, what: str) -> str:
+    """A reader's path argument as a ``str`` (``os.PathLike`` accepted)."""
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
+        raise PipelineError(f"{what} needs a path (str or os.PathLike), got {type(path).__name__}")
+    return os.fspath(path)
+
+
+@contextlib.asynccontextmanager
+async def open_stream(path: str, ctx: Ctx) -> AsyncIterator[ByteStream]:
+    """Open ``path`` for reading bytes; closed when the block exits (break and error too)."""
+    stream: ByteStream
+    if is_url(path):
+        from .remote import open_url
+
+        stream = await open_url(path, ctx)
+    else:
+        stream = LocalStream(await aiofiles.open(local_path(path), "rb"))
+    try:
+        yield stream
+    finally:
+        await stream.aclose()
+
+
+class Buffered:
+    """A read buffer over a ``ByteStream`` that knows the file offset of what it holds.
+
+    ``buf[pos:]`` are the bytes not yet consumed; ``offset`` is the file offset of
+    ``buf[pos]``. ``fill(n)`` reads until ``n`` bytes are available (False at EOF before).
+    """
+
+    __slots__ = ("_block", "buf", "eof", "offset", "pos", "stream")
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self.buf = bytearray()
+        self.pos = 0
+        self.offset = 0
+        self.eof = False
+        self._block = BLOCK_MIN
+
+    @property
+    def available(self) -> int:
+        return len(self.buf) - self.pos
+
+    async def read_block(self) -> bool:
+        """Read one more block into the buffer; False at EOF."""
+        if self.eof:
+            return False
+        if self.pos and self.pos >= len(self.buf) // 2:
+            del self.buf[: self.pos]  # drop what was consumed before growing the buffer
+            self.pos = 0
+        data = await self.stream.read(self._block)
+        if self._block < BLOCK_MAX:
+            self._block *= 2
+        if not data:
+            self.eof = True
+            return False
+        self.buf += data
+        return True
+
+    async def fill(self, n: int) -> bool:
+        while len(self.buf) - self.pos < n:
+            if not await self.read_block():
+                return False
+        return True
+
+    def take(self, n: int) -> bytes:
+        """The next ``n`` bytes (which must be available), consumed."""
+        p = self.pos
+        out = bytes(self.buf[p : p + n])
+        self.pos = p + n
+        self.offset += n
+        return out
+
+    def skip(self, n: int) -> None:
+        self.pos += n
+        self.offset += n
+
+
+def bad_input(
+    ctx: Ctx,
+    path: str,
+    what: str,
+    *,
+    line: int | None = None,
+    offset: int | None = None,
+) -> BadInput:
+    """A ``BadInput`` naming the file and the line or byte offset."""
+    if line is not None:
+        where = f"{path}:{line}"
+    elif offset is not None:
+        where = f"{path} at byte offset {offset}"
+    else:
+        where = path
+    return BadInput(f"{where}: {what}", path=path, line=line, offset=offset, stage=ctx.name)
+
+
+def reader(
+    name: str,
+    path: Any,
+    gen: Callable[[str, Ctx, ErrorPolicy], ChunkIter],
+    *,
+    on_error: str | int = "raise",
+    card: int = UNKNOWN_CARD,
+    key: tuple[Any, ...] = (),
+) -> Pipeline[Any]:
+    """The ``Pipeline`` of a file reader: a source node in a task of its own."""
+    p = check_path(path, name)
+    ErrorPolicy(on_error)  # checked when the pipeline is described
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        return gen(p, ctx, ErrorPolicy(on_error))
+
+    return Pipeline(Node(name, build, card=lambda _: card, task=True, key=(p, on_error, *key)))
