@@ -10,12 +10,13 @@ parsing, never the whole file.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
-import aiofiles
+import aiofiles.threadpool
 
 from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
@@ -48,10 +49,28 @@ class ByteStream(Protocol):
 
 
 class LocalStream:
-    __slots__ = ("_f",)
+    """A local file: opened and read in the thread pool (reads through aiofiles).
 
-    def __init__(self, f: Any) -> None:
-        self._f = f
+    It is closed synchronously, on the loop: closing a file opened for reading does no
+    I/O, waits for a read still running in a thread (the file's own lock), and, unlike an
+    awaited close, cannot be interrupted when a cancelled run is torn down.
+    """
+
+    __slots__ = ("_f", "_raw")
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._f = aiofiles.threadpool.wrap(raw, loop=asyncio.get_running_loop())
+
+    @classmethod
+    async def open(cls, path: str) -> LocalStream:
+        fut = asyncio.get_running_loop().run_in_executor(None, _open_rb, path)
+        try:
+            raw = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            fut.add_done_callback(_close_opened)  # it may still open: close it then
+            raise
+        return cls(raw)
 
     async def read(self, n: int) -> bytes:
         data: bytes = await self._f.read(n)
@@ -62,7 +81,16 @@ class LocalStream:
         return data
 
     async def aclose(self) -> None:
-        await self._f.close()
+        self._raw.close()
+
+
+def _open_rb(path: str) -> Any:
+    return open(path, "rb")  # LocalStream closes it
+
+
+def _close_opened(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        fut.result().close()
 
 
 def is_url(path: str) -> bool:
@@ -91,7 +119,7 @@ async def open_stream(path: str, ctx: Ctx) -> AsyncIterator[ByteStream]:
 
         stream = await open_url(path, ctx)
     else:
-        stream = LocalStream(await aiofiles.open(local_path(path), "rb"))
+        stream = await LocalStream.open(local_path(path))
     try:
         yield stream
     finally:

@@ -76,6 +76,7 @@ async def _close_async(fs: Any) -> None:
                 await res
         except Exception:  # pragma: no cover - closing is best effort at run end
             pass
+    await asyncio.sleep(0)  # let the closed connections' transports close their sockets
 
 
 class _AsyncFileStream:
