@@ -39,12 +39,18 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that stops reading early (a break) is expected here
+
+
 @contextmanager
 def http_server(directory: os.PathLike[str] | str) -> Iterator[str]:
     """Serve ``directory`` on 127.0.0.1 (a free port) in a thread; yields the base URL."""
     handler = functools.partial(_QuietHandler, directory=os.fspath(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _QuietServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     t.start()
     try:

@@ -118,7 +118,7 @@ def test_file_cache_of_an_empty_pipeline(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["break", "error"])
-def test_an_interrupted_first_epoch_leaves_no_cache(tmp_path, how):
+def test_an_interrupted_first_epoch_leaves_no_cache(tmp_path, how, no_leaks):
     path = tmp_path / "c.cache"
     state = {"fail": how == "error"}
 

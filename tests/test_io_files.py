@@ -186,7 +186,7 @@ def test_a_missing_file_raises_file_not_found_naming_it(tmp_path, read):
 
 
 @pytest.mark.parametrize("read", [af.read_lines, af.read_jsonl], ids=lambda f: f.__name__)
-def test_break_and_errors_leave_no_file_open(tmp_path, read):
+def test_break_and_errors_leave_no_file_open(tmp_path, read, no_leaks):
     path = write(tmp_path / "a.jsonl", "".join(f"{i}\n" for i in range(200_000)) + "{bad\n")
     before = open_fds()
     for x in read(path):

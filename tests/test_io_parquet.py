@@ -35,7 +35,7 @@ def test_read_parquet_batches_and_columns(table_path):
     assert pa.Table.from_batches(got).column("i").to_pylist() == list(range(table.num_rows))
 
 
-def test_read_parquet_missing_file_and_break_leave_no_file_open(table_path, tmp_path):
+def test_read_parquet_missing_file_and_break_leave_no_file_open(table_path, tmp_path, no_leaks):
     path, _ = table_path
     before = open_fds()
     with pytest.raises(FileNotFoundError, match=r"nope\.parquet"):

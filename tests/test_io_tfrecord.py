@@ -131,7 +131,7 @@ def test_truncated_file_raises_naming_offset_and_skip_keeps_complete_records(tmp
     assert_fds_back_to(before, tmp_path)
 
 
-def test_break_leaves_no_file_open(tmp_path):
+def test_break_leaves_no_file_open(tmp_path, no_leaks):
     path = tmp_path / "a.tfrecord"
     write_records(path, RECORDS)
     before = open_fds()
