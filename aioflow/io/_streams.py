@@ -1,8 +1,9 @@
 """What every reader shares: opening a path as an async byte stream, a read buffer that
 knows its file offset, and the ``Pipeline`` node a reader makes.
 
-A local path is read through aiofiles (each read a call in the loop's default thread
-pool); a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...) through fsspec
+A local path is streamed through aiofiles (each read a call in the loop's default
+thread pool; the readers whose item is the whole file, ``read_bytes`` and ``read_npy``,
+read a local file in one such call instead); a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...) through fsspec
 (``remote.py``). Reads are blocks of 64 KiB growing to 1 MiB, so a reader gives its first
 item quickly and then moves large blocks; a reader holds one block plus the record it is
 parsing, never the whole file.
@@ -74,10 +75,6 @@ class LocalStream:
 
     async def read(self, n: int) -> bytes:
         data: bytes = await self._f.read(n)
-        return data
-
-    async def readall(self) -> bytes:
-        data: bytes = await self._f.read()
         return data
 
     async def aclose(self) -> None:
@@ -183,21 +180,23 @@ class Buffered:
 
 
 def bad_input(
-    ctx: Ctx,
+    ctx: Ctx | None,
     path: str,
     what: str,
     *,
     line: int | None = None,
     offset: int | None = None,
 ) -> BadInput:
-    """A ``BadInput`` naming the file and the line or byte offset."""
+    """A ``BadInput`` naming the file and the line or byte offset (and ``ctx``'s stage)."""
     if line is not None:
         where = f"{path}:{line}"
     elif offset is not None:
         where = f"{path} at byte offset {offset}"
     else:
         where = path
-    return BadInput(f"{where}: {what}", path=path, line=line, offset=offset, stage=ctx.name)
+    return BadInput(
+        f"{where}: {what}", path=path, line=line, offset=offset, stage=ctx.name if ctx else None
+    )
 
 
 def reader(

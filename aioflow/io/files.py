@@ -7,6 +7,7 @@ the next block. Lines are numbered from 1 for error messages.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import glob
 import json
@@ -22,10 +23,10 @@ from ..pipeline import Pipeline
 from ._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
-    LocalStream,
     bad_input,
     check_path,
     is_url,
+    local_path,
     open_stream,
     reader,
 )
@@ -271,11 +272,20 @@ def read_jsonl(
 
 
 # -- whole files ------------------------------------------------------------------------
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 async def read_all(path: str, ctx: Ctx) -> bytes:
-    """The whole content of a file (for readers whose item is the whole file)."""
+    """The whole content of a file (for readers whose item is the whole file).
+
+    A local file is read by one call in the loop's thread pool (open, read, close): one
+    hop per file instead of three, which is what matters for thousands of small files.
+    """
+    if not is_url(path):
+        return await asyncio.get_running_loop().run_in_executor(None, _read_local, local_path(path))
     async with open_stream(path, ctx) as s:
-        if isinstance(s, LocalStream):
-            return await s.readall()  # one call in the thread pool instead of two
         parts = []
         while True:
             data = await s.read(BLOCK_MAX)

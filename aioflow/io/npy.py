@@ -1,14 +1,19 @@
 """``read_npy``: the array stored in a ``.npy`` file, read without blocking the loop.
 
 The header is parsed here (format versions 1.0, 2.0 and 3.0, as ``numpy.lib.format``
-writes them); the data is read straight into the array's own buffer, so an array costs
-its size once. Object arrays are refused (they would need pickle, as ``np.load`` with
-its default ``allow_pickle=False``).
+writes them) and the data is read straight into the array's own buffer, so an array costs
+its size once. A local file is read by one call in the loop's thread pool (open, header,
+data, close): the item is the whole array anyway, and one hop per file instead of three
+is what makes thousands of small files fast. A URL is read through fsspec, then parsed.
+Object arrays are refused (they would need pickle, as ``np.load`` with its default
+``allow_pickle=False``).
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import io
 import os
 import struct
 from typing import Any
@@ -16,21 +21,19 @@ from typing import Any
 import numpy as np
 
 from .._calls import ErrorPolicy
-from .._runtime import ChunkIter, Ctx
+from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx
 from ..errors import BadInput
 from ..pipeline import Pipeline
-from ._streams import Buffered, bad_input, open_stream, reader
+from ._streams import bad_input, is_url, local_path, reader
 
-__all__ = ["read_npy"]
+__all__ = ["load_npy", "parse_npy", "read_npy"]
 
 _MAGIC = b"\x93NUMPY"
 
 
-def _header(
-    ctx: Ctx, path: str, raw: bytes, version: int
-) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
+def _header(path: str, raw: bytes, version: int) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
     def bad(what: str) -> BadInput:
-        return bad_input(ctx, path, f"bad .npy header: {what}", offset=0)
+        return bad_input(None, path, f"bad .npy header: {what}", offset=0)
 
     try:
         d = ast.literal_eval(raw.decode("utf-8" if version >= 3 else "latin1"))
@@ -50,51 +53,78 @@ def _header(
     return dtype, shape, bool(d["fortran_order"])
 
 
-async def load_npy(path: str, ctx: Ctx) -> np.ndarray[Any, Any]:
-    """Read one ``.npy`` file (``BadInput`` naming the offset if it is truncated)."""
-    async with open_stream(path, ctx) as s:
-        buf = Buffered(s)
-        if not await buf.fill(10) or buf.buf[:6] != _MAGIC:
-            if buf.available < 10 and buf.buf[: buf.available] == _MAGIC[: buf.available]:
-                raise bad_input(ctx, path, "truncated .npy header", offset=buf.available)
-            raise bad_input(ctx, path, "not a .npy file (bad magic)", offset=0)
-        major = buf.buf[6]
-        if major == 1:
-            (hlen,) = struct.unpack_from("<H", buf.buf, 8)
-            start = 10
-        elif major in (2, 3):
-            if not await buf.fill(12):
-                raise bad_input(ctx, path, "truncated .npy header", offset=buf.available)
-            (hlen,) = struct.unpack_from("<I", buf.buf, 8)
-            start = 12
-        else:
-            raise bad_input(ctx, path, f"unknown .npy format version {major}", offset=6)
-        if not await buf.fill(start + hlen):
-            raise bad_input(ctx, path, "truncated .npy header", offset=buf.available)
-        dtype, shape, fortran = _header(ctx, path, bytes(buf.buf[start : start + hlen]), major)
-        buf.skip(start + hlen)
-        count = 1
-        for n in shape:
-            count *= n
-        nbytes = count * dtype.itemsize
-        flat = np.empty(nbytes, np.uint8)
-        mv = flat.data
-        got = min(nbytes, buf.available)
-        mv[:got] = buf.buf[buf.pos : buf.pos + got]
-        buf.buf = bytearray()  # the header block is no longer needed
-        while got < nbytes:
-            data = await s.read(nbytes - got)
-            if not data:
-                raise bad_input(
-                    ctx,
-                    path,
-                    f"truncated .npy data: {got} of {nbytes} bytes",
-                    offset=buf.offset + got,
-                )
-            mv[got : got + len(data)] = data
-            got += len(data)
+def _read_exactly(f: io.BufferedIOBase, n: int) -> bytes:
+    data = f.read(n)
+    while len(data) < n:
+        more = f.read(n - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def parse_npy(f: io.BufferedIOBase, path: str) -> np.ndarray[Any, Any]:
+    """Read one array from a binary file object (``BadInput`` naming the offset if cut)."""
+    head = _read_exactly(f, 10)
+    if len(head) < 10 or head[:6] != _MAGIC:
+        if _MAGIC.startswith(head[:6]):  # the file ends inside the header
+            raise bad_input(None, path, "truncated .npy header", offset=len(head))
+        raise bad_input(None, path, "not a .npy file (bad magic)", offset=0)
+    major = head[6]
+    if major == 1:
+        (hlen,) = struct.unpack_from("<H", head, 8)
+        start = 10
+    elif major in (2, 3):
+        more = _read_exactly(f, 2)
+        head += more
+        if len(more) < 2:
+            raise bad_input(None, path, "truncated .npy header", offset=len(head))
+        (hlen,) = struct.unpack_from("<I", head, 8)
+        start = 12
+    else:
+        raise bad_input(None, path, f"unknown .npy format version {major}", offset=6)
+    raw = _read_exactly(f, hlen)
+    if len(raw) < hlen:
+        raise bad_input(None, path, "truncated .npy header", offset=start + len(raw))
+    dtype, shape, fortran = _header(path, raw, major)
+    count = 1
+    for n in shape:
+        count *= n
+    nbytes = count * dtype.itemsize
+    flat = np.empty(nbytes, np.uint8)
+    mv = flat.data
+    got = 0
+    while got < nbytes:
+        k = f.readinto(mv[got:])
+        if not k:
+            raise bad_input(
+                None,
+                path,
+                f"truncated .npy data: {got} of {nbytes} bytes",
+                offset=start + hlen + got,
+            )
+        got += k
     arr = flat.view(dtype)
     return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+
+
+def _load_local(path: str) -> np.ndarray[Any, Any]:
+    with open(path, "rb") as f:
+        return parse_npy(f, path)
+
+
+async def load_npy(path: str, ctx: Ctx) -> np.ndarray[Any, Any]:
+    """Read one ``.npy`` file, local or remote, without blocking the loop."""
+    try:
+        if is_url(path):
+            from .files import read_all
+
+            return parse_npy(io.BytesIO(await read_all(path, ctx)), path)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, _load_local, local_path(path))
+    except BadInput as e:
+        e.stage = ctx.name
+        raise
 
 
 def read_npy(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> Pipeline[Any]:
@@ -102,6 +132,7 @@ def read_npy(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
 
     A truncated or malformed file raises ``af.BadInput`` naming the file and the byte
     offset; with ``on_error="skip"`` the file gives no item instead (counted, logged once).
+    The array is writable, as ``np.load``'s are.
 
     Example:
         >>> import os, tempfile, numpy as np, aioflow as af
@@ -121,4 +152,5 @@ def read_npy(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
             raise
         yield [arr]
 
-    return reader("read_npy", path, gen, on_error=on_error, card=1 if on_error == "raise" else -2)
+    card = 1 if on_error == "raise" else UNKNOWN_CARD
+    return reader("read_npy", path, gen, on_error=on_error, card=card)
