@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,31 @@ def test_reader_arguments_are_checked_when_described(tmp_path):
         af.read_jsonl(tmp_path / "a", on_error="ignore")
     with pytest.raises(af.PipelineError):
         af.read_lines(tmp_path / "a", encoding="utf-16")
+
+
+# -- compressed files -------------------------------------------------------------------
+def test_compressed_text_is_read_as_a_stream_gzip_members_and_zlib(tmp_path):
+    lines = [f"line {i} " + "x" * (i % 50) for i in range(30_000)]
+    text = "".join(s + "\n" for s in lines).encode()
+    half = len(text) // 2
+    cut = text.rindex(b"\n", 0, half) + 1
+    gz = tmp_path / "a.txt.gz"
+    gz.write_bytes(gzip.compress(text[:cut]) + gzip.compress(text[cut:]))  # two members
+    assert af.read_lines(gz, compression_type="GZIP").to_list() == lines
+    zl = tmp_path / "a.jsonl.z"
+    zl.write_bytes(zlib.compress(b"".join(json.dumps(s).encode() + b"\n" for s in lines)))
+    assert af.read_jsonl(zl, compression_type="zlib").to_list() == lines
+
+
+def test_truncated_or_corrupt_compressed_text_is_bad_input(tmp_path, no_leaks):
+    data = gzip.compress(b"".join(b"%d\n" % i for i in range(100_000)))
+    path = tmp_path / "a.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(af.BadInput, match="truncated compressed stream") as info:
+        af.read_lines(path, compression_type="GZIP").to_list()
+    assert info.value.path == str(path) and info.value.stage == "read_lines"
+    path.write_bytes(data[:100] + b"\xff" * 50 + data[150:])
+    with pytest.raises(af.BadInput, match="corrupt compressed data"):
+        af.read_lines(path, compression_type="GZIP").to_list()
+    with pytest.raises(af.PipelineError):
+        af.read_lines(path, compression_type="BZIP2")

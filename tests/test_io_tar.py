@@ -121,3 +121,15 @@ def test_an_empty_tar_has_no_samples(tmp_path):
     path = tmp_path / "a.tar"
     write_tar(path, [], tarfile.GNU_FORMAT)
     assert af.read_tar(path).to_list() == []
+
+
+def test_a_gzipped_tar_is_read_as_a_stream(tmp_path):
+    path = tmp_path / "a.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in [("a.x", b"1"), ("a.y", b"2"), ("b.x", os.urandom(2_000_000))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    got = af.read_tar(path, compression_type="GZIP").to_list()
+    assert [s["__key__"] for s in got] == ["a", "b"]
+    assert got[0] == {"__key__": "a", "x": b"1", "y": b"2"} and len(got[1]["x"]) == 2_000_000

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import gzip
 import os
 import random
 import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -131,6 +133,16 @@ def test_truncated_file_raises_naming_offset_and_skip_keeps_complete_records(tmp
     assert_fds_back_to(before, tmp_path)
 
 
+def test_gzip_and_zlib_compressed_records(tmp_path):
+    path = tmp_path / "a.tfrecord"
+    write_records(path, RECORDS[:500])
+    raw = path.read_bytes()
+    (tmp_path / "a.gz").write_bytes(gzip.compress(raw))
+    (tmp_path / "a.z").write_bytes(zlib.compress(raw))
+    assert af.read_tfrecord(tmp_path / "a.gz", compression_type="GZIP").to_list() == RECORDS[:500]
+    assert af.read_tfrecord(tmp_path / "a.z", compression_type="ZLIB").to_list() == RECORDS[:500]
+
+
 def test_break_leaves_no_file_open(tmp_path, no_leaks):
     path = tmp_path / "a.tfrecord"
     write_records(path, RECORDS)
@@ -149,3 +161,9 @@ def test_reads_files_written_by_tensorflow(tmp_path):
             w.write(rec)
     assert af.read_tfrecord(path).to_list() == RECORDS[:300]
     assert Path(path).read_bytes() == b"".join(frame(r) for r in RECORDS[:300])
+    for kind in ("GZIP", "ZLIB"):
+        options = tf.io.TFRecordOptions(compression_type=kind)
+        with tf.io.TFRecordWriter(path + kind, options) as w:
+            for rec in RECORDS[:300]:
+                w.write(rec)
+        assert af.read_tfrecord(path + kind, compression_type=kind).to_list() == RECORDS[:300]

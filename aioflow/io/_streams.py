@@ -1,12 +1,13 @@
 """What every reader shares: opening a path as an async byte stream, a read buffer that
 knows its file offset, and the ``Pipeline`` node a reader makes.
 
-A local path is streamed through aiofiles (each read a call in the loop's default
-thread pool; the readers whose item is the whole file, ``read_bytes`` and ``read_npy``,
-read a local file in one such call instead); a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...) through fsspec
-(``remote.py``). Reads are blocks of 64 KiB growing to 1 MiB, so a reader gives its first
-item quickly and then moves large blocks; a reader holds one block plus the record it is
-parsing, never the whole file.
+A local path is streamed through aiofiles (each read a call in the loop's default thread
+pool; ``read_bytes`` and ``read_npy``, whose item is the whole file, read a local file in
+one such call instead); a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...)
+through fsspec (``remote.py``). Reads are blocks of 64 KiB growing to 1 MiB, so a reader
+gives its first item quickly and then moves large blocks; a reader holds one block plus
+the record it is parsing, never the whole file. A gzip or zlib stream (tf.data's
+``compression_type``) is decompressed as it is read.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
@@ -31,6 +33,7 @@ __all__ = [
     "Buffered",
     "LocalStream",
     "bad_input",
+    "check_compression",
     "check_path",
     "is_url",
     "open_stream",
@@ -107,9 +110,71 @@ def check_path(path: Any, what: str) -> str:
     return os.fspath(path)
 
 
+_WBITS = {"GZIP": 16 + zlib.MAX_WBITS, "ZLIB": zlib.MAX_WBITS}
+
+
+def check_compression(compression_type: str | None) -> str | None:
+    """tf.data's ``compression_type``: None or "" (none), "GZIP" or "ZLIB"."""
+    if not compression_type:
+        return None
+    c = str(compression_type).upper()
+    if c not in _WBITS:
+        raise PipelineError(
+            f'compression_type must be None, "GZIP" or "ZLIB", got {compression_type!r}'
+        )
+    return c
+
+
+class _Inflating:
+    """A gzip or zlib stream, decompressed as it is read (concatenated gzip members too)."""
+
+    __slots__ = ("_d", "_in", "_path", "_raw", "_read", "_wbits")
+
+    def __init__(self, raw: ByteStream, compression: str, path: str) -> None:
+        self._raw, self._path = raw, path
+        self._wbits = _WBITS[compression]
+        self._d = zlib.decompressobj(self._wbits)
+        self._in = b""  # compressed bytes not yet fed
+        self._read = 0  # compressed bytes read so far
+
+    async def read(self, n: int) -> bytes:
+        while True:
+            if self._in:
+                try:
+                    out = self._d.decompress(self._in, n)
+                except zlib.error as e:
+                    raise bad_input(None, self._path, f"corrupt compressed data ({e})") from e
+                if self._d.eof:  # what follows the end: the next gzip member, if any
+                    self._in = self._d.unused_data
+                    if self._in:
+                        self._d = zlib.decompressobj(self._wbits)
+                else:
+                    self._in = self._d.unconsumed_tail
+                if out:
+                    return out
+                continue
+            data = await self._raw.read(BLOCK_MAX)
+            if not data:
+                if self._read and not self._d.eof:
+                    raise bad_input(
+                        None, self._path, "truncated compressed stream", offset=self._read
+                    )
+                return b""
+            self._read += len(data)
+            self._in = data
+
+    async def aclose(self) -> None:
+        await self._raw.aclose()
+
+
 @contextlib.asynccontextmanager
-async def open_stream(path: str, ctx: Ctx) -> AsyncIterator[ByteStream]:
-    """Open ``path`` for reading bytes; closed when the block exits (break and error too)."""
+async def open_stream(
+    path: str, ctx: Ctx, compression: str | None = None
+) -> AsyncIterator[ByteStream]:
+    """Open ``path`` for reading bytes; closed when the block exits (break and error too).
+
+    With ``compression`` ("GZIP" or "ZLIB") the bytes read are the decompressed ones.
+    """
     stream: ByteStream
     if is_url(path):
         from .remote import open_url
@@ -117,8 +182,14 @@ async def open_stream(path: str, ctx: Ctx) -> AsyncIterator[ByteStream]:
         stream = await open_url(path, ctx)
     else:
         stream = await LocalStream.open(local_path(path))
+    if compression is not None:
+        stream = _Inflating(stream, compression, path)
     try:
         yield stream
+    except BadInput as e:
+        if e.stage is None:
+            e.stage = ctx.name
+        raise
     finally:
         await stream.aclose()
 

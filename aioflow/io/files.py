@@ -24,6 +24,7 @@ from ._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
     bad_input,
+    check_compression,
     check_path,
     is_url,
     local_path,
@@ -138,10 +139,10 @@ def _decode_lines(seg: bytes, encoding: str) -> tuple[list[Any], bool]:
 
 
 async def _line_blocks(
-    path: str, ctx: Ctx, encoding: str
+    path: str, ctx: Ctx, encoding: str, compression: str | None
 ) -> AsyncIterator[tuple[int, list[Any], bool]]:
     """``(number of its first line, lines, has undecodable lines)`` for each block."""
-    async with open_stream(path, ctx) as s:
+    async with open_stream(path, ctx, compression) as s:
         rest = bytearray()
         lineno = 1
         block = BLOCK_MIN
@@ -176,7 +177,11 @@ def _check_encoding(encoding: str) -> str:
 
 
 def read_lines(
-    path: str | os.PathLike[str], *, encoding: str = "utf-8", on_error: str | int = "raise"
+    path: str | os.PathLike[str],
+    *,
+    encoding: str = "utf-8",
+    compression_type: str | None = None,
+    on_error: str | int = "raise",
 ) -> Pipeline[str]:
     """The lines of a text file, without their newline (tf.data ``TextLineDataset``).
 
@@ -185,6 +190,7 @@ def read_lines(
     once). A line that does not decode raises ``af.BadInput`` naming ``path:line``, or is
     skipped with ``on_error="skip"`` (or an int max_failures). A missing file raises
     ``FileNotFoundError``; a URL is read through fsspec (extra ``remote``).
+    ``compression_type`` ("GZIP" or "ZLIB", as in tf.data) decompresses as it reads.
 
     Example:
         >>> import pathlib, tempfile, aioflow as af
@@ -194,9 +200,10 @@ def read_lines(
         ['first', 'second', 'last']
     """
     _check_encoding(encoding)
+    comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding):
+        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp):
             if bad:
                 good: list[Any] = []
                 for i, s in enumerate(lines):
@@ -212,18 +219,22 @@ def read_lines(
             for c in chunked(lines):
                 yield c
 
-    return reader("read_lines", path, gen, on_error=on_error, key=(encoding,))
+    return reader("read_lines", path, gen, on_error=on_error, key=(encoding, comp))
 
 
 def read_jsonl(
-    path: str | os.PathLike[str], *, encoding: str = "utf-8", on_error: str | int = "raise"
+    path: str | os.PathLike[str],
+    *,
+    encoding: str = "utf-8",
+    compression_type: str | None = None,
+    on_error: str | int = "raise",
 ) -> Pipeline[Any]:
     """The JSON values of a JSON Lines file, one per line (blank lines skipped).
 
     A line that is not JSON raises ``af.BadInput`` (a ``ValueError``) naming
     ``path:line``, with the ``json.JSONDecodeError`` as its cause; with
     ``on_error="skip"`` such lines are skipped, counted in the stage's stats and logged
-    once, and every good line still arrives.
+    once, and every good line still arrives. ``compression_type``: as in ``read_lines``.
 
     Example:
         >>> import pathlib, tempfile, aioflow as af
@@ -233,10 +244,11 @@ def read_jsonl(
         [{'a': 1}, [2, 3]]
     """
     _check_encoding(encoding)
+    comp = check_compression(compression_type)
     loads = json.loads
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding):
+        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp):
             if not bad:
                 try:
                     objs = [loads(s) for s in lines if s and not s.isspace()]
@@ -268,7 +280,7 @@ def read_jsonl(
             for c in chunked(out):
                 yield c
 
-    return reader("read_jsonl", path, gen, on_error=on_error, key=(encoding,))
+    return reader("read_jsonl", path, gen, on_error=on_error, key=(encoding, comp))
 
 
 # -- whole files ------------------------------------------------------------------------

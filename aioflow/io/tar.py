@@ -21,7 +21,7 @@ from typing import Any
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..pipeline import Pipeline
-from ._streams import Buffered, bad_input, open_stream, reader
+from ._streams import Buffered, bad_input, check_compression, open_stream, reader
 
 __all__ = ["read_tar", "split_key"]
 
@@ -55,7 +55,12 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
-def read_tar(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> Pipeline[Any]:
+def read_tar(
+    path: str | os.PathLike[str],
+    *,
+    compression_type: str | None = None,
+    on_error: str | int = "raise",
+) -> Pipeline[Any]:
     """WebDataset samples from a tar file: dicts of ``bytes`` keyed by extension.
 
     A file cut short, or a header that does not parse, raises ``af.BadInput`` naming the
@@ -63,6 +68,7 @@ def read_tar(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
     sample too. With ``on_error="skip"`` a sample with a repeated member is dropped and
     reading goes on; after a broken header or a truncation the rest of the file is
     dropped (and the sample cut short with it). Either is counted and logged once.
+    ``compression_type="GZIP"`` reads a ``.tar.gz`` shard as a stream.
 
     Example:
         >>> import io, os, tarfile, tempfile, aioflow as af
@@ -76,6 +82,8 @@ def read_tar(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
         [{'__key__': 'a', 'txt': b'hi', 'cls': b'1'}, {'__key__': 'b', 'txt': b'yo'}]
     """
 
+    comp = check_compression(compression_type)
+
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
         out: list[dict[str, Any]] = []
         key: str | None = None
@@ -83,7 +91,7 @@ def read_tar(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
         longname: str | None = None
         pax: dict[str, str] = {}
         index = 0  # samples seen
-        async with open_stream(p, ctx) as s:
+        async with open_stream(p, ctx, comp) as s:
             buf = Buffered(s)
             problem = None
             while True:
@@ -160,4 +168,4 @@ def read_tar(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
                 if not policy.skip(err, ctx, index):
                     raise err
 
-    return reader("read_tar", path, gen, on_error=on_error)
+    return reader("read_tar", path, gen, on_error=on_error, key=(comp,))

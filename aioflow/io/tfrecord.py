@@ -18,7 +18,7 @@ from typing import Any
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..pipeline import Pipeline
-from ._streams import Buffered, bad_input, open_stream, reader
+from ._streams import Buffered, bad_input, check_compression, open_stream, reader
 
 __all__ = ["crc32c", "crc32c_py", "masked_crc", "read_tfrecord"]
 
@@ -104,7 +104,11 @@ def _parse(buf: Buffered, check_crc: bool) -> tuple[list[bytes], str | None, int
 
 
 def read_tfrecord(
-    path: str | os.PathLike[str], *, check_crc: bool = True, on_error: str | int = "raise"
+    path: str | os.PathLike[str],
+    *,
+    compression_type: str | None = None,
+    check_crc: bool = True,
+    on_error: str | int = "raise",
 ) -> Pipeline[bytes]:
     """The records of a TFRecord file, as raw ``bytes`` (tf.data ``TFRecordDataset``).
 
@@ -114,6 +118,8 @@ def read_tfrecord(
     ``on_error="skip"`` a record with bad data is skipped and reading goes on; when the
     framing itself is lost (bad length, truncated file) the rest of the file is skipped.
     Either is counted in the stage's stats and logged once; every good record arrives.
+    ``compression_type`` ("GZIP" or "ZLIB") reads compressed files, as tf.data does
+    (offsets are then in the decompressed stream).
 
     Example:
         >>> import os, struct, tempfile, aioflow as af
@@ -128,9 +134,11 @@ def read_tfrecord(
         [b'one', b'two']
     """
 
+    comp = check_compression(compression_type)
+
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
         index = 0  # records seen, for the position of a skipped one
-        async with open_stream(p, ctx) as s:
+        async with open_stream(p, ctx, comp) as s:
             buf = Buffered(s)
             while True:
                 out, problem, at = _parse(buf, check_crc)
@@ -159,4 +167,4 @@ def read_tfrecord(
                 if not policy.skip(err, ctx, index):
                     raise err
 
-    return reader("read_tfrecord", path, gen, on_error=on_error, key=(check_crc,))
+    return reader("read_tfrecord", path, gen, on_error=on_error, key=(check_crc, comp))
