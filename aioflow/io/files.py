@@ -324,4 +324,4 @@ def read_bytes(path: str | os.PathLike[str]) -> Pipeline[bytes]:
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
         yield [await read_all(p, ctx)]
 
-    return reader("read_bytes", path, gen, card=1)
+    return reader("read_bytes", path, gen, card=1, task=False)
