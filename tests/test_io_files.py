@@ -238,3 +238,18 @@ def test_truncated_or_corrupt_compressed_text_is_bad_input(tmp_path, no_leaks):
         af.read_lines(path, compression_type="GZIP").to_list()
     with pytest.raises(af.PipelineError):
         af.read_lines(path, compression_type="BZIP2")
+
+
+def test_readers_of_many_files_in_one_stage_share_the_failure_count_and_log_once(tmp_path, caplog):
+    for i in range(3):
+        write(tmp_path / f"{i}.jsonl", f"{i}\n{{bad\n{i + 10}\n")
+    files = af.list_files(str(tmp_path / "*.jsonl"))
+    with caplog.at_level(logging.WARNING, logger="aioflow"):
+        p = files.flat_map(lambda f: af.read_jsonl(f, on_error="skip"))
+        with p.iter() as it:
+            assert list(it) == [0, 10, 1, 11, 2, 12]
+            assert sum(s.errors_skipped for s in it.stats()) == 3
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 1
+    with pytest.raises(af.BadInput) as info:
+        files.flat_map(lambda f: af.read_jsonl(f, on_error=2)).to_list()
+    assert info.value.path == str(tmp_path / "2.jsonl")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 import aiofiles.threadpool
 
 from .._calls import ErrorPolicy
-from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, Run
 from ..errors import BadInput, PipelineError
 from ..pipeline import Pipeline
 
@@ -270,6 +271,19 @@ def bad_input(
     )
 
 
+# One ErrorPolicy per stage per run: the readers of many files opened by one flat_map or
+# interleave are one stage in the stats, so they share its failure count and log once.
+_policies: weakref.WeakKeyDictionary[Run, dict[Any, ErrorPolicy]] = weakref.WeakKeyDictionary()
+
+
+def _policy(ctx: Ctx, on_error: str | int) -> ErrorPolicy:
+    mine = _policies.setdefault(ctx.run, {})
+    policy = mine.get(ctx.meter.key)
+    if policy is None:
+        policy = mine[ctx.meter.key] = ErrorPolicy(on_error)
+    return policy
+
+
 def reader(
     name: str,
     path: Any,
@@ -290,6 +304,6 @@ def reader(
     ErrorPolicy(on_error)  # checked when the pipeline is described
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        return gen(p, ctx, ErrorPolicy(on_error))
+        return gen(p, ctx, _policy(ctx, on_error))
 
     return Pipeline(Node(name, build, card=lambda _: card, task=task, key=(p, on_error, *key)))
