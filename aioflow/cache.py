@@ -117,6 +117,7 @@ class _Writer:
     def __init__(self, path: str) -> None:
         self.path = path
         d, base = os.path.split(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
         self.tmp = os.path.join(d, f".{base}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         self.f = open(self.tmp, "wb")  # noqa: SIM115 - closed by commit() or discard()
 
@@ -152,6 +153,15 @@ class _Writer:
             pass
 
 
+def _first_unpicklable(chunk: Chunk) -> int:
+    for i, x in enumerate(chunk):
+        try:
+            pickle.dumps(x, protocol=5)
+        except Exception:
+            return i
+    return 0  # pragma: no cover - the chunk failed as a whole only
+
+
 async def _file_cache(ctx: Ctx, opener: Opener, path: str) -> ChunkIter:
     loop = asyncio.get_running_loop()
     if await loop.run_in_executor(None, trusted_count, path) is not None:
@@ -171,8 +181,12 @@ async def _file_cache(ctx: Ctx, opener: Opener, path: str) -> ChunkIter:
                 try:
                     data = pickle.dumps(chunk, protocol=5)
                 except Exception as e:
+                    i = _first_unpicklable(chunk)
+                    if i:
+                        yield chunk[:i]  # the items before the bad one still arrive
                     raise PipelineError(
-                        f"stage {ctx.name!r}: an item cannot be pickled into the cache file: {e!r}"
+                        f"stage {ctx.name!r}: item {count + i} cannot be pickled into the"
+                        f" cache file {path!r}: {e!r}"
                     ) from e
                 pending += _LEN.pack(len(data))
                 pending += data

@@ -230,3 +230,16 @@ def test_file_cache_second_epoch_is_not_slower_than_the_first(tmp_path):
     t1 = time.perf_counter()
     second = p.to_list()
     assert first == second and t1 - t0 > 0
+
+
+def test_an_item_that_cannot_be_pickled_fails_the_epoch_and_leaves_no_file(tmp_path):
+    path = tmp_path / "sub" / "dir" / "c.cache"  # missing directories are made
+    p = af.range(5).map(lambda x: (lambda: x) if x == 3 else x).cache(path)
+    got = []
+    with pytest.raises(af.PipelineError, match="item 3 cannot be pickled"):
+        for x in p:
+            got.append(x)
+    assert got == [0, 1, 2]
+    assert os.listdir(tmp_path / "sub" / "dir") == []
+    assert af.range(5).cache(path).to_list() == [0, 1, 2, 3, 4]
+    assert trusted_count(str(path)) == 5

@@ -112,7 +112,11 @@ def read_tar(
                     problem = f"bad tar header ({e})"
                     break
                 buf.skip(_BLOCK)
-                size = int(pax.get("size", info.size))
+                try:
+                    size = int(pax.get("size", info.size))
+                except ValueError:
+                    problem = f"bad size {pax['size']!r} in a pax header"
+                    break
                 padded = -(-size // _BLOCK) * _BLOCK
                 if not await buf.fill(size):
                     problem = (
@@ -127,7 +131,11 @@ def read_tar(
                     continue
                 if info.type in _META:
                     if info.type != tarfile.XGLTYPE and info.type != tarfile.GNUTYPE_LONGLINK:
-                        pax = _pax(data)
+                        try:
+                            pax = _pax(data)
+                        except ValueError:
+                            problem = "bad pax header"
+                            break
                     continue
                 name = longname or pax.get("path") or info.name
                 longname, pax = None, {}
