@@ -32,7 +32,6 @@ from .transforms import shard_from_env
 # ordering and sampling (issue 4)
 
 # io (issue 5)
-# isort: split
 from .errors import BadInput
 from .io import (
     list_files,
