@@ -98,11 +98,13 @@ class BadInput(StageError, ValueError):
     ``read_jsonl`` raises it for a line that is not JSON (``line`` is its 1-based number,
     the ``json.JSONDecodeError`` its ``__cause__``); ``read_npy``, ``read_tfrecord``,
     ``read_tar`` and a file ``cache`` for a truncated or corrupt file (``offset`` is the
-    byte offset where the bad part starts). ``path`` names the file, and the message says
-    ``path:line`` or ``path`` and the offset. With ``on_error="skip"`` on the reader the
-    bad record is skipped instead (counted in the stage's stats, logged once). It is also a
-    ``ValueError``, as ``json.JSONDecodeError`` is, so code that caught that still works.
-    Missing files are not ``BadInput``: they raise ``FileNotFoundError`` naming the path.
+    byte offset where the bad part starts, in the decompressed stream for a file read
+    with ``compression_type``); a compressed stream that is cut or corrupt too. ``path``
+    names the file, and the message says ``path:line`` or ``path`` and the offset. With
+    ``on_error="skip"`` on the reader the bad record is skipped instead (counted in the
+    stage's stats, logged once). It is also a ``ValueError``, as ``json.JSONDecodeError``
+    is, so code that caught that still works. Missing files are not ``BadInput``: they
+    raise ``FileNotFoundError`` naming the path.
     """
 
     def __init__(
