@@ -111,7 +111,7 @@ class BadInput(StageError, ValueError):
         self,
         message: str,
         *,
-        path: str,
+        path: str = "",
         line: int | None = None,
         offset: int | None = None,
         stage: str | None = None,

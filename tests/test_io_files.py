@@ -253,3 +253,11 @@ def test_readers_of_many_files_in_one_stage_share_the_failure_count_and_log_once
     with pytest.raises(af.BadInput) as info:
         files.flat_map(lambda f: af.read_jsonl(f, on_error=2)).to_list()
     assert info.value.path == str(tmp_path / "2.jsonl")
+
+
+def test_bad_input_pickles_with_its_fields():
+    import pickle
+
+    e = af.BadInput("a.jsonl:3: malformed", path="a.jsonl", line=3, stage="read_jsonl")
+    f = pickle.loads(pickle.dumps(e))
+    assert (str(f), f.path, f.line, f.offset, f.stage) == (str(e), "a.jsonl", 3, None, "read_jsonl")
