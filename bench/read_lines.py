@@ -110,15 +110,18 @@ def aioflow_jsonl(path: str) -> tuple[int, int]:
     return n, total
 
 
-def best(
-    fn: Callable[[str], tuple[int, int]], path: str, reps: int
-) -> tuple[float, tuple[int, int]]:
-    times, out = [], (0, 0)
+def round_robin(
+    variants: list[tuple[str, Callable[[str], tuple[int, int]]]], path: str, reps: int
+) -> list[tuple[str, float, tuple[int, int]]]:
+    """Best time of each variant, the variants taking turns (so load drifts hit all alike)."""
+    times: dict[str, list[float]] = {name: [] for name, _ in variants}
+    outs: dict[str, tuple[int, int]] = {}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn(path)
-        times.append(time.perf_counter() - t0)
-    return min(times), out
+        for name, fn in variants:
+            t0 = time.perf_counter()
+            outs[name] = fn(path)
+            times[name].append(time.perf_counter() - t0)
+    return [(name, min(times[name]), outs[name]) for name, _ in variants]
 
 
 def main() -> None:
@@ -158,14 +161,10 @@ def main() -> None:
                 ],
             ),
         ]:
-            base = None
-            want = None
-            for name, fn in variants:
-                t, out = best(fn, path, args.reps)
-                if want is None:
-                    want = out
+            results = round_robin(variants, path, args.reps)
+            base, want = results[0][1], results[0][2]
+            for name, t, out in results:
                 assert out == want, (name, out, want)
-                base = base or t
                 rows.append((what, name, out[0], mb / t, out[0] / t, base / t))
         print(
             f"\nPython {sys.version.split()[0]}, {os.cpu_count()} cores, best of {args.reps};"

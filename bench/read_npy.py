@@ -74,20 +74,23 @@ def main() -> None:
     d = tempfile.mkdtemp(prefix="aioflow-bench-npy-")
     try:
         pattern = make_files(d, args.files)
-        rows = []
-        want = None
-        base = None
-        for name, fn in variants(pattern, args.concurrency):
+        vs = variants(pattern, args.concurrency)
+        for _, fn in vs:
             fn()  # warm-up (page cache, imports)
-            times = []
-            for _ in range(args.reps):
+        times: dict[str, list[float]] = {name: [] for name, _ in vs}
+        outs: dict[str, tuple[int, float]] = {}
+        for _ in range(args.reps):  # the variants take turns, so load drifts hit all alike
+            for name, fn in vs:
                 t0 = time.perf_counter()
-                out = fn()
-                times.append(time.perf_counter() - t0)
-            want = want or out
+                outs[name] = fn()
+                times[name].append(time.perf_counter() - t0)
+        want = outs[vs[0][0]]
+        base = min(times[vs[0][0]])
+        rows = []
+        for name, _ in vs:
+            out = outs[name]
             assert out[0] == want[0] and abs(out[1] - want[1]) < 1e-6 * abs(want[1]), (name, out)
-            t = min(times)
-            base = base or t
+            t = min(times[name])
             rows.append((name, out[0] / t, base / t))
         print(f"\n{args.files} files of 48 KiB, best of {args.reps}, {os.cpu_count()} cores")
         print(f"{'variant':46} {'files/s':>9} {'vs plain':>9}")
