@@ -33,6 +33,17 @@ from .transforms import shard_from_env
 from .combine import choose_from, sample_from
 
 # io (issue 5)
+from .errors import BadInput
+from .io import (
+    list_files,
+    read_bytes,
+    read_jsonl,
+    read_lines,
+    read_npy,
+    read_parquet,
+    read_tar,
+    read_tfrecord,
+)
 
 # observing (issue 6)
 from ._bench import BenchResult, bench
@@ -45,6 +56,7 @@ __all__ = [
     "UNKNOWN",
     "AioflowError",
     "AsyncPipelineIterator",
+    "BadInput",
     "BenchResult",
     "NextTimeout",
     "Pipeline",
@@ -63,7 +75,15 @@ __all__ = [
     "default_collate",
     "from_dataflow",
     "from_iterable",
+    "list_files",
     "range",
+    "read_bytes",
+    "read_jsonl",
+    "read_lines",
+    "read_npy",
+    "read_parquet",
+    "read_tar",
+    "read_tfrecord",
     "sample_from",
     "shard_from_env",
     "zip",
