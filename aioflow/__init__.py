@@ -35,6 +35,10 @@ from .transforms import shard_from_env
 
 # observing (issue 6)
 
+# integrations (issue 8)
+# isort: split
+from .integrations.torch import from_torch_dataset
+
 __version__ = "0.1.0.dev0"
 
 __all__ = [
@@ -58,6 +62,7 @@ __all__ = [
     "default_collate",
     "from_dataflow",
     "from_iterable",
+    "from_torch_dataset",
     "range",
     "shard_from_env",
     "zip",
