@@ -290,3 +290,9 @@ def test_pin_memory_with_cuda_pins_every_tensor_in_a_thread(monkeypatch, no_leak
     assert len(pinned) == 4  # x and meta[0] of each of the two batches
     assert all(name.startswith("aioflow") for name in pinned)
     assert "pin_memory" in repr(p)
+
+
+def test_pin_memory_without_torch_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(PipelineError, match=r"pin_memory\(\) needs torch"):
+        af.range(3).pin_memory()

@@ -271,8 +271,10 @@ def pin_memory(p: Pipeline[Any]) -> Pipeline[Any]:
     Without CUDA it returns ``p`` itself and logs a notice, once per process.
     """
     global _noticed
-    import torch
-
+    try:
+        import torch
+    except ImportError as e:
+        raise PipelineError("pin_memory() needs torch (pip install 'aioflow[torch]')") from e
     if not torch.cuda.is_available():
         if not _noticed:
             _noticed = True
