@@ -30,10 +30,23 @@ from .transforms import shard_from_env
 # parallel (issue 3)
 
 # ordering and sampling (issue 4)
+from .combine import choose_from, sample_from
 
 # io (issue 5)
+from .errors import BadInput
+from .io import (
+    list_files,
+    read_bytes,
+    read_jsonl,
+    read_lines,
+    read_npy,
+    read_parquet,
+    read_tar,
+    read_tfrecord,
+)
 
 # observing (issue 6)
+from ._bench import BenchResult, bench
 
 # integrations (issue 8)
 # isort: split
@@ -47,6 +60,8 @@ __all__ = [
     "UNKNOWN",
     "AioflowError",
     "AsyncPipelineIterator",
+    "BadInput",
+    "BenchResult",
     "NextTimeout",
     "Pipeline",
     "PipelineError",
@@ -58,12 +73,23 @@ __all__ = [
     "StateMismatch",
     "WorkerDied",
     "__version__",
+    "bench",
+    "choose_from",
     "concat",
     "default_collate",
     "from_dataflow",
     "from_iterable",
     "from_torch_dataset",
+    "list_files",
     "range",
+    "read_bytes",
+    "read_jsonl",
+    "read_lines",
+    "read_npy",
+    "read_parquet",
+    "read_tar",
+    "read_tfrecord",
+    "sample_from",
     "shard_from_env",
     "zip",
 ]

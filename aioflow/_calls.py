@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from operator import length_hint
+from time import perf_counter
 from typing import Any
 
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
@@ -250,17 +251,24 @@ async def concurrent_map(
     results: asyncio.Queue[Any] = asyncio.Queue()
     inflight: set[asyncio.Future[Any]] = set()
     started = 0
-    ctx.meter.concurrency = concurrency
+    meter = ctx.meter
+    meter.concurrency = concurrency
 
     def launch(x: Any, pos: int) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any]
+        t0 = perf_counter()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            inflight.discard(f)
+            meter.t_calls += perf_counter() - t0  # the stage's busy time (see aioflow.stats)
+
         try:
             fut = asyncio.ensure_future(start(x, pos))
         except Exception as e:  # the call failed before it could start
             fut = loop.create_future()
             fut.set_exception(e)
         inflight.add(fut)
-        fut.add_done_callback(inflight.discard)
+        fut.add_done_callback(done)
         if ordered:
             results.put_nowait((pos, x, fut))
         else:

@@ -1,67 +1,160 @@
-"""``python -m aioflow demo``: a realistic pipeline over a dataset it writes itself."""
+"""``python -m aioflow demo``: a realistic input pipeline over a dataset it writes itself.
+
+The dataset is what an image classifier reads: ``images/*.npy`` (HxWx3 uint8) and
+``labels.jsonl`` (``{"file": ..., "label": ...}`` per line), in a temporary directory.
+The pipeline lists the image files (shuffled, a new order each epoch), reads and decodes
+them in worker processes (load, random crop, flip, blur, normalize, HWC -> CHW), batches
+them and prefetches batches, the way a training loop consumes them; then it prints the
+per-stage stats table and the rate.
+
+Each stage is one line of ``build_pipeline``, so that the operators of the io and
+ordering families replace the stand-ins used here one line at a time (see the comments).
+"""
 
 from __future__ import annotations
 
+import functools
+import glob
+import itertools
 import json
 import os
+import random
 import tempfile
 import time
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 import aioflow as af
 
-__all__ = ["make_dataset", "run_demo"]
+__all__ = ["build_pipeline", "make_dataset", "read_sample", "run_demo", "small_pipeline"]
+
+#: Images are SIZE x SIZE x 3; the network sees CROP x CROP crops.
+SIZE = 96
+CROP = 80
+MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
+STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 
 
-def make_dataset(root: str, items: int, seed: int = 0) -> list[str]:
-    """Write ``items`` small images as ``.npy`` files and their labels as JSONL."""
+def make_dataset(root: str, items: int, seed: int = 0) -> None:
+    """Write ``items`` images as ``root/images/*.npy`` and their labels in ``labels.jsonl``."""
     rng = np.random.default_rng(seed)
-    paths = []
+    os.makedirs(os.path.join(root, "images"), exist_ok=True)
+    # smooth random images (a coarse pattern scaled up), not white noise
+    coarse = rng.integers(0, 256, size=(items, SIZE // 8, SIZE // 8, 3), dtype=np.uint8)
     with open(os.path.join(root, "labels.jsonl"), "w") as f:
         for i in range(items):
-            p = os.path.join(root, f"img_{i:06d}.npy")
-            np.save(p, rng.integers(0, 255, size=(32, 32, 3), dtype=np.uint8))
-            f.write(json.dumps({"path": p, "label": int(rng.integers(0, 10))}) + "\n")
-            paths.append(p)
-    return paths
+            name = f"img_{i:06d}.npy"
+            img = coarse[i].repeat(8, axis=0).repeat(8, axis=1)
+            np.save(os.path.join(root, "images", name), img)
+            f.write(json.dumps({"file": name, "label": int(rng.integers(0, 10))}) + "\n")
 
 
-def _load(rec: dict[str, Any]) -> dict[str, Any]:
-    img = np.load(rec["path"]).astype(np.float32) / 255.0
-    return {"image": img, "label": rec["label"]}
+def read_labels(root: str) -> dict[str, int]:
+    """``file name -> label`` from ``labels.jsonl``."""
+    with open(os.path.join(root, "labels.jsonl")) as f:
+        return {r["file"]: r["label"] for r in map(json.loads, f)}
 
 
-def run_demo(items: int = 2000, progress: bool = True, plot: str | None = None) -> int:
-    """Generate a dataset, run the demo pipeline over it, print the stats table."""
+def list_images(root: str, seed: int) -> Callable[[], Iterator[str]]:
+    """The image paths in a seeded random order, a new order each epoch (call)."""
+    epochs = itertools.count()
+
+    def listing() -> Iterator[str]:
+        paths = sorted(glob.glob(os.path.join(root, "images", "*.npy")))
+        random.Random(seed + next(epochs)).shuffle(paths)
+        return iter(paths)
+
+    return listing
+
+
+def read_sample(item: str | tuple[str, np.ndarray], labels: dict[str, int]) -> dict[str, Any]:
+    """Read and decode one image: load, random crop and flip, blur, normalize, to CHW.
+
+    ``item`` is the image's path, or a ``(path, array)`` pair already read.
+
+    Example:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> make_dataset(root, 1)
+        >>> path, labels = os.path.join(root, "images", "img_000000.npy"), read_labels(root)
+        >>> s = read_sample(path, labels)
+        >>> s["image"].shape, s["image"].dtype, 0 <= s["label"] < 10
+        ((3, 80, 80), dtype('float32'), True)
+        >>> same = read_sample((path, np.load(path)), labels)
+        >>> bool((same["image"] == s["image"]).all()), same["label"] == s["label"]
+        (True, True)
+    """
+    path, img = (item, np.load(item)) if isinstance(item, str) else item
+    rng = np.random.default_rng(zlib.crc32(path.encode()))  # the same crop every run
+    y, x = rng.integers(0, SIZE - CROP + 1, size=2)
+    img = img[y : y + CROP, x : x + CROP].astype(np.float32)
+    if rng.random() < 0.5:
+        img = img[:, ::-1]
+    # a 3x3 box blur, the kind of per-pixel work decoding and augmenting costs
+    pad = np.pad(img, ((1, 1), (1, 1), (0, 0)), mode="edge")
+    img = sum(pad[i : i + CROP, j : j + CROP] for i in range(3) for j in range(3)) / 9.0
+    img = (img - MEAN) / STD
+    return {
+        "image": np.ascontiguousarray(img.transpose(2, 0, 1)),
+        "label": labels[os.path.basename(path)],
+    }
+
+
+def build_pipeline(
+    root: str, *, batch_size: int = 64, workers: int = 2, seed: int = 0
+) -> af.Pipeline[Any]:
+    """list files -> read and decode in processes -> shuffle -> batch -> prefetch."""
+    decode = functools.partial(read_sample, labels=read_labels(root))
+    return (
+        # -> af.list_files(os.path.join(root, "images", "*.npy"), shuffle=True, seed=seed)
+        af.from_iterable(list_images(root, seed))
+        # + .interleave(lambda f: af.read_npy(f).map(lambda a: (f, a)), cycle_length=8,
+        #               concurrency=8)  (async reads; then the processes only decode)
+        .map(decode, executor="process", concurrency=workers)
+        # + .shuffle(4 * batch_size, seed=seed)  (for now: the file order is shuffled)
+        .batch(batch_size)
+        .prefetch(4)
+    )
+
+
+def small_pipeline() -> af.Pipeline[Any]:
+    """A small pipeline to try ``python -m aioflow bench aioflow._demo:small_pipeline``."""
+    return af.range(10_000).map(lambda x: x * x).batch(100)
+
+
+def run_demo(
+    items: int = 2000, workers: int = 2, progress: bool = True, plot: str | None = None
+) -> int:
+    """Write a dataset, run the demo pipeline over it once, print the stats table and rate."""
     from tqdm import tqdm
 
     with tempfile.TemporaryDirectory(prefix="aioflow-demo-") as root:
-        print(f"writing {items} images to {root} ...")
+        t = time.perf_counter()
         make_dataset(root, items)
-        with open(os.path.join(root, "labels.jsonl")) as f:
-            records = [json.loads(line) for line in f]
-        pipeline = (
-            af.from_iterable(records)
-            .map(_load, executor="thread", concurrency=4)
-            .map(lambda s: {**s, "image": s["image"] - 0.5})
-            .batch(64)
-            .prefetch(2)
+        print(
+            f"wrote {items:,} images ({SIZE}x{SIZE}x3 .npy) and labels.jsonl to {root}"
+            f" in {time.perf_counter() - t:.1f} s"
         )
+        pipeline = build_pipeline(root, workers=workers)
+        print(f"pipeline: {pipeline!r}")
+        n = batches = 0
         t0 = time.perf_counter()
-        n = 0
         with (
             pipeline.iter() as it,
             tqdm(total=items, unit="img", disable=not progress, desc="demo") as bar,
         ):
-            for batch in it:
+            for batch in it:  # a training step would go here
                 n += len(batch["label"])
+                batches += 1
                 bar.update(len(batch["label"]))
-            stats = it.stats()
         dt = time.perf_counter() - t0
+        stats = it.stats()
         print(stats)
-        print(f"{n} samples in {dt:.2f} s: {n / dt:,.0f} samples/s")
-        if plot and hasattr(stats, "plot"):
+        print(f"{n:,} images in {batches} batches in {dt:.2f} s: {n / dt:,.0f} images/s")
+        if plot:
             stats.plot(plot)
+            print(f"wrote {plot}")
     return 0

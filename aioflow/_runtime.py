@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .stats import RunStats, StageMeter
+from ._meters import QueueMeter, StageMeter
+from .stats import RunStats
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -59,6 +61,10 @@ CHANNEL_ITEMS = 2 * CHUNK_MAX
 
 aclosing = contextlib.aclosing
 
+#: Whether runs keep per-stage stats (``AIOFLOW_STATS=0`` turns the meters off; read when a
+#: stage is opened, so ``bench/overhead.py`` can compare both in one process).
+METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
+
 
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
@@ -77,11 +83,15 @@ class Ctx:
 
     def open(self, pipeline: Pipeline[Any]) -> ChunkIter:
         """Open a sub-pipeline (from flat_map, interleave, ...) inside this run."""
-        return self.run.open(pipeline, parent=self.meter)
+        gen = self.run.open(pipeline, parent=self.meter)
+        self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
+        return gen
 
     def open_task(self, pipeline: Pipeline[Any], *, chunks: int = CHANNEL_CHUNKS) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
-        return self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+        gen = self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+        self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
+        return gen
 
 
 Build = Callable[[Ctx, Sequence[Opener]], ChunkIter]
@@ -118,6 +128,7 @@ class Channel:
     ``put`` waits while the channel holds ``max_chunks`` chunks, or while adding the chunk
     would pass ``max_items`` (a chunk always fits into an empty channel). ``close(exc)``
     ends the stream: ``get`` returns ``None`` after the last chunk, or raises ``exc``.
+    With a ``QueueMeter`` (``attach``) it reports every change of its occupancy to it.
     """
 
     __slots__ = (
@@ -129,9 +140,7 @@ class Channel:
         "_q",
         "max_chunks",
         "max_items",
-        "occupancy_samples",
-        "occupancy_sum",
-        "peak",
+        "qm",
     )
 
     def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
@@ -143,9 +152,16 @@ class Channel:
         self._exc: BaseException | None = None
         self.max_chunks = max(1, max_chunks)
         self.max_items = max(1, max_items)
-        self.occupancy_sum = 0
-        self.occupancy_samples = 0
-        self.peak = 0
+        self.qm: QueueMeter | None = None
+
+    def attach(self, meter: StageMeter) -> None:
+        """Report this channel's occupancy to ``meter`` (the stage that fills it)."""
+        self.qm = meter.open_queue(self.max_chunks, self.max_items)
+
+    def detach(self) -> None:
+        qm, self.qm = self.qm, None
+        if qm is not None:
+            qm.close()
 
     def __len__(self) -> int:
         return self._n
@@ -169,8 +185,8 @@ class Channel:
                 self._putter = None
         self._q.append(chunk)
         self._n += len(chunk)
-        if self._n > self.peak:
-            self.peak = self._n
+        if self.qm is not None:
+            self.qm.note(len(self._q), self._n)
         g = self._getter
         if g is not None and not g.done():
             g.set_result(None)
@@ -193,10 +209,10 @@ class Channel:
                 await fut
             finally:
                 self._getter = None
-        self.occupancy_sum += self._n
-        self.occupancy_samples += 1
         chunk = self._q.popleft()
         self._n -= len(chunk)
+        if self.qm is not None:
+            self.qm.note(len(self._q), self._n)
         p = self._putter
         if p is not None and not p.done():
             p.set_result(None)
@@ -213,9 +229,9 @@ async def _metered(gen: ChunkIter, meter: StageMeter) -> ChunkIter:
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
-                meter.t_next += pc() - t0
                 return
-            meter.t_next += pc() - t0
+            finally:
+                meter.t_next += pc() - t0
             meter.items_out += len(chunk)
             meter.chunks_out += 1
             yield chunk
@@ -302,6 +318,7 @@ class Run:
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
         self.closed = False
         self.started = perf_counter()
+        self.ended: float | None = None  # when it closed: the stats of a finished run stay put
 
     # -- building ---------------------------------------------------------------------
     def meter_for(self, node: Node, parent: StageMeter | None) -> StageMeter:
@@ -322,6 +339,16 @@ class Run:
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller."""
         node = pipeline._node
+        gen, meter = self._build(node, parent)
+        if node.task or boundary:
+            meter.task = True
+            return self._reader(
+                gen, meter, chunks if chunks is not None else node.chunks, node.items
+            )
+        return _metered(gen, meter) if METER else gen
+
+    def _build(self, node: Node, parent: StageMeter | None) -> tuple[ChunkIter, StageMeter]:
+        """The node's own (unmetered) generator and its meter."""
         meter = self.meter_for(node, parent)
         openers = tuple(self._opener(q, parent) for q in node.inputs)
         for q in node.inputs:
@@ -329,12 +356,7 @@ class Run:
             if m not in meter.inputs:
                 meter.inputs.append(m)
         ctx = Ctx(self, node, meter, self._open_index(node))
-        gen = _metered(node.build(ctx, openers), meter)
-        if node.task or boundary:
-            return self._reader(
-                gen, meter, chunks if chunks is not None else node.chunks, node.items
-            )
-        return gen
+        return node.build(ctx, openers), meter
 
     def _open_index(self, node: Node) -> int:
         """How many times ``node`` was opened before: seeds per epoch derive from it."""
@@ -360,7 +382,9 @@ class Run:
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
         meter.channel = chan
-        task = self.start(_pump(gen, chan, meter), meter.name)
+        if METER:
+            chan.attach(meter)
+        task = self.start(_pump(gen, chan, meter, METER), meter.name)
         pc = perf_counter
         try:
             while True:
@@ -376,6 +400,7 @@ class Run:
         finally:
             task.cancel()
             await _wait_quietly(task)
+            chan.detach()
 
     def start(self, coro: Any, name: str = "aioflow") -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
@@ -386,10 +411,17 @@ class Run:
     def start_output(self, pipeline: Pipeline[Any], chan: Any) -> asyncio.Task[Any]:
         """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
         node = pipeline._node
-        gen = self.open(pipeline)
-        meter = self.meter_for(node, None)
-        meter.channel = chan if isinstance(chan, Channel) else None
-        return self.start(_pump(gen, chan, meter), "output")
+        if node.task:
+            # the last stage pumps into a channel of its own already: this hop to the
+            # consumer is not a stage, and must not add its waits to that stage's
+            hop = StageMeter("output", None)
+            return self.start(_pump(self.open(pipeline), chan, hop, False), "output")
+        gen, meter = self._build(node, None)
+        if isinstance(chan, Channel):
+            meter.channel = chan
+            if METER:
+                chan.attach(meter)
+        return self.start(_pump(gen, chan, meter, METER), "output")
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
@@ -400,6 +432,7 @@ class Run:
         """
         if self.closed:
             return
+        self.ended = self.ended or perf_counter()
         for t in list(self.tasks):
             t.cancel()
         closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
@@ -411,6 +444,7 @@ class Run:
         if self.closed:
             return
         self.closed = True
+        self.ended = self.ended or perf_counter()
         for _ in range(10):
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
@@ -431,7 +465,16 @@ class Run:
                 await res
 
     def stats(self) -> RunStats:
-        return RunStats.from_meters(list(self.meters.values()), perf_counter() - self.started)
+        """A snapshot of the stats (callable from another thread while the run goes)."""
+        until = self.ended or perf_counter()
+        meters: list[StageMeter] = []
+        for _ in range(100):
+            try:
+                meters = list(self.meters.values())
+                break
+            except RuntimeError:  # the run's thread opened a stage meanwhile: try again
+                continue
+        return RunStats.from_meters(meters, until - self.started, until)
 
 
 def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
@@ -448,11 +491,27 @@ def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
     return out
 
 
-async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter) -> None:
-    """Drive a (fused) stage generator and push its chunks into ``chan``."""
+async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> None:
+    """Drive a (fused) stage generator and push its chunks into ``chan``.
+
+    ``metered``: count the stage's output and time here (as ``_metered`` does for a fused
+    stage), saving a generator layer per chunk.
+    """
     pc = perf_counter
+    nxt = gen.__anext__
     try:
-        async for chunk in gen:
+        while True:
+            t0 = pc()
+            try:
+                chunk = await nxt()
+            except StopAsyncIteration:
+                break
+            finally:
+                if metered:
+                    meter.t_next += pc() - t0
+            if metered:
+                meter.items_out += len(chunk)
+                meter.chunks_out += 1
             if chan.full_for(chunk):
                 t0 = pc()
                 await chan.put(chunk)

@@ -1,4 +1,4 @@
-"""Batching: batch, unbatch, rebatch, window, and the default collate.
+"""Batching: batch, unbatch, rebatch, window, padded_batch, bucket_by_length, and collates.
 
 The default collate follows torch's ``default_collate`` shape rules with numpy: numpy
 arrays are stacked, numbers become an array, dicts/tuples/lists are collated field by
@@ -8,8 +8,10 @@ field, anything else (strings, bytes, objects) is kept as a list.
 from __future__ import annotations
 
 import importlib
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -20,12 +22,15 @@ from .errors import PipelineError, annotate
 __all__ = [
     "COLLATES",
     "build_batch",
+    "build_bucket_by_length",
+    "build_padded_batch",
     "build_rebatch",
     "build_unbatch",
     "build_window",
     "card_batch",
     "card_window",
     "default_collate",
+    "pad_collate",
     "resolve_collate",
     "split_rows",
 ]
@@ -272,3 +277,127 @@ def card_window(
         return -(-c // step)
 
     return card
+
+
+# -- padding: padded_batch, bucket_by_length ---------------------------------------------
+def pad_collate(items: Sequence[Any], padding_value: Any = 0) -> Any:
+    """Stack samples, padding arrays in every dimension to the largest in the batch.
+
+    As tf.data's ``padded_batch`` with ``padded_shapes=None``: numpy arrays and lists of
+    numbers are padded with ``padding_value`` (a scalar, or a dict/tuple of them matching
+    the samples' structure); numbers become an array; dicts and tuples are padded field
+    by field; anything else is kept as a list.
+
+    Example:
+        >>> import numpy as np
+        >>> pad_collate([np.array([1, 2, 3]), np.array([4])]).tolist()
+        [[1, 2, 3], [4, 0, 0]]
+    """
+    first = items[0]
+    if isinstance(first, Mapping):
+        return {k: pad_collate([d[k] for d in items], _field(padding_value, k)) for k in first}
+    if isinstance(first, tuple):
+        cols = [
+            pad_collate(list(col), _field(padding_value, i))
+            for i, col in enumerate(zip(*items, strict=True))
+        ]
+        return type(first)(*cols) if hasattr(first, "_fields") else tuple(cols)
+    if isinstance(first, np.ndarray | list):
+        return _pad_stack([np.asarray(x) for x in items], padding_value)
+    if isinstance(first, _SCALARS):
+        return np.asarray(items)
+    return list(items)
+
+
+def _field(value: Any, k: Any) -> Any:
+    if isinstance(value, Mapping | tuple | list):
+        return value[k]
+    return value
+
+
+def _pad_stack(arrays: list[np.ndarray], value: Any) -> np.ndarray:
+    ndim = arrays[0].ndim
+    if any(a.ndim != ndim for a in arrays):
+        raise PipelineError(
+            f"padded_batch: samples have different ranks {sorted({a.ndim for a in arrays})}"
+        )
+    shape = tuple(max(dims) for dims in zip(*(a.shape for a in arrays), strict=True))
+    dtype = np.result_type(*arrays)
+    out = np.full((len(arrays), *shape), value, dtype=dtype)
+    for i, a in enumerate(arrays):
+        if a.shape == shape:
+            out[i] = a
+        else:
+            out[(i, *(slice(0, d) for d in a.shape))] = a  # type: ignore[index]
+    return out
+
+
+def build_padded_batch(
+    size: int, padding_value: Any, drop_remainder: bool
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    return build_batch(size, drop_remainder, lambda items: pad_collate(items, padding_value))
+
+
+def check_buckets(boundaries: Sequence[int], batch_sizes: Sequence[int]) -> None:
+    bs, sizes = list(boundaries), list(batch_sizes)
+    if len(sizes) != len(bs) + 1:
+        raise PipelineError(
+            f"bucket_by_length needs len(batch_sizes) == len(boundaries) + 1,"
+            f" got {len(sizes)} batch sizes for {len(bs)} boundaries"
+        )
+    if any(b >= c for b, c in pairwise(bs)):
+        raise PipelineError(f"bucket boundaries must be strictly increasing, got {bs!r}")
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise PipelineError(f"bucket batch sizes must be positive ints, got {sizes!r}")
+
+
+def build_bucket_by_length(
+    length_fn: Callable[[Any], int],
+    boundaries: Sequence[int],
+    batch_sizes: Sequence[int],
+    padding_value: Any,
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    """tf.data's ``bucket_by_sequence_length``: bucket ``i`` holds lengths in
+    ``[boundaries[i-1], boundaries[i])`` (the first from 0, the last to infinity); a full
+    bucket becomes a padded batch; what is left is flushed at the end, bucket by bucket.
+    """
+    if not callable(length_fn):
+        raise PipelineError(f"bucket_by_length needs a callable length_fn, got {length_fn!r}")
+    check_buckets(boundaries, batch_sizes)
+    bounds, sizes = list(boundaries), list(batch_sizes)
+
+    def collate(items: Sequence[Any]) -> Any:
+        return pad_collate(items, padding_value)
+
+    async def bucket(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+        buckets: list[list[Any]] = [[] for _ in sizes]
+        pos = nb = 0
+        async with aclosing(src):
+            async for chunk in src:
+                out = []
+                for x in chunk:
+                    try:
+                        b = bisect_right(bounds, length_fn(x))
+                        buckets[b].append(x)
+                        if len(buckets[b]) == sizes[b]:
+                            out.append(collate(buckets[b]))
+                            buckets[b] = []
+                            nb += 1
+                    except Exception as e:
+                        if out:
+                            yield out
+                        raise annotate(e, ctx.name, pos) from None
+                    pos += 1
+                if out:
+                    yield out
+        for items in buckets:
+            if items:
+                try:
+                    last = collate(items)
+                except Exception as e:
+                    raise annotate(e, ctx.name, nb) from None
+                nb += 1
+                yield [last]
+
+    return lambda ctx, inputs: bucket(inputs[0](), ctx)

@@ -6,7 +6,10 @@ The tree::
      └── AioflowError                 base of everything aioflow itself raises
           ├── PipelineError           a pipeline was described wrongly (bad argument, bad state)
           ├── StageError              a stage broke for a reason that is not the user's exception
-          │    └── WorkerDied         a worker process died (signal or exit code)
+          │    ├── WorkerDied         a worker process died (signal or exit code)
+          │    └── BadInput           a file reader met malformed content: a JSON line that
+          │                           does not parse, a truncated .npy/TFRecord/tar, a CRC
+          │                           mismatch (also a ``ValueError``)
           ├── StageTimeout            one call of a user function exceeded ``timeout=``
           │                           (also a ``TimeoutError``)
           ├── NextTimeout             ``iter(timeout=)``/``aiter(timeout=)`` waited too long for
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "AioflowError",
+    "BadInput",
     "NextTimeout",
     "PipelineError",
     "StageError",
@@ -86,6 +90,36 @@ class WorkerDied(StageError):
         self.pid = pid
         self.signal = signal
         self.exitcode = exitcode
+
+
+class BadInput(StageError, ValueError):
+    """Raised by a file reader when a file's content is malformed.
+
+    ``read_jsonl`` raises it for a line that is not JSON (``line`` is its 1-based number,
+    the ``json.JSONDecodeError`` its ``__cause__``); ``read_npy``, ``read_tfrecord``,
+    ``read_tar`` and a file ``cache`` for a truncated or corrupt file (``offset`` is the
+    byte offset where the bad part starts, in the decompressed stream for a file read
+    with ``compression_type``); a compressed stream that is cut or corrupt too. ``path``
+    names the file, and the message says ``path:line`` or ``path`` and the offset. With
+    ``on_error="skip"`` on the reader the bad record is skipped instead (counted in the
+    stage's stats, logged once). It is also a ``ValueError``, as ``json.JSONDecodeError``
+    is, so code that caught that still works. Missing files are not ``BadInput``: they
+    raise ``FileNotFoundError`` naming the path.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str = "",
+        line: int | None = None,
+        offset: int | None = None,
+        stage: str | None = None,
+    ) -> None:
+        super().__init__(message, stage=stage)
+        self.path = path
+        self.line = line
+        self.offset = offset
 
 
 class StageTimeout(AioflowError, TimeoutError):

@@ -8,6 +8,7 @@ methods here are one line each: the operators themselves live in their family mo
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar, overload
@@ -414,8 +415,263 @@ class Pipeline(Generic[T]):
     # -- parallel: interleave (issue 3) ---------------------------------------------------
 
     # -- ordering, grouping, sampling (issue 4) ------------------------------------------
+    def shuffle(
+        self, buffer_size: int, *, seed: int | None = None, reshuffle_each_iteration: bool = True
+    ) -> Pipeline[T]:
+        """Shuffle through a buffer of ``buffer_size`` items (tf.data's buffer shuffle).
+
+        The buffer is filled first; then each new item takes the place of a random one,
+        which comes out; at the end the buffer comes out in a random order. An item can
+        only come out after it arrived, at most ``buffer_size - 1`` places early. The same
+        ``seed`` and the same input give the same order; every epoch (a new iteration,
+        ``repeat``) gets a new order derived from the seed unless
+        ``reshuffle_each_iteration=False``; ``seed=None`` is a fresh order every time.
+        Memory: the buffer.
+
+        Example:
+            >>> import aioflow as af
+            >>> p = af.range(10).shuffle(4, seed=7)
+            >>> p.to_list() == p.to_list(), sorted(p.to_list()) == list(range(10))
+            (False, True)
+            >>> q = af.range(10).shuffle(4, seed=7, reshuffle_each_iteration=False)
+            >>> q.to_list() == q.to_list()
+            True
+        """
+        from . import ordering as _o
+
+        return self._then(
+            f"shuffle({buffer_size})",
+            _o.build_shuffle(buffer_size, seed, reshuffle_each_iteration),
+            holds=buffer_size,
+            key=(buffer_size, seed, reshuffle_each_iteration),
+        )
+
+    def sort_by(
+        self,
+        key: Callable[[T], Any],
+        *,
+        buffer_size: int | None = None,
+        reverse: bool = False,
+        max_in_memory: int = 1_000_000,
+        spill_dir: str | None = None,
+    ) -> Pipeline[T]:
+        """Sort by ``key(item)``: a streaming sort through a buffer, or a full external sort.
+
+        With ``buffer_size`` it is a heap of that many items: the output is exactly
+        sorted whenever no item arrives more than ``buffer_size`` places after its
+        sorted position (time-stamped events a little out of order), and memory stays
+        the buffer; an error flushes the buffer, in order, before it is raised. Without
+        it the whole input is sorted, stably (equal keys keep their input order): up to
+        ``max_in_memory`` items in memory, past that in sorted runs pickled to files in a
+        temporary directory under ``spill_dir`` (default: the system's), k-way merged
+        at the end. The directory is removed when the run ends, is stopped early or
+        fails. Items and keys must pickle when the sort spills.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.from_iterable([1, 0, 2, 4, 3, 5]).sort_by(lambda x: x, buffer_size=1).to_list()
+            [0, 1, 2, 3, 4, 5]
+            >>> words = af.from_iterable(["bb", "a", "cc", "d"])
+            >>> words.sort_by(len, reverse=True, max_in_memory=2).to_list()
+            ['bb', 'cc', 'a', 'd']
+        """
+        from . import ordering as _o
+
+        return self._then(
+            "sort_by" if buffer_size is None else f"sort_by({buffer_size})",
+            _o.build_sort_by(key, buffer_size, reverse, max_in_memory, spill_dir),
+            holds=max_in_memory if buffer_size is None else buffer_size,
+            key=(key, buffer_size, reverse, max_in_memory),
+        )
+
+    def group_by(
+        self, key: Callable[[T], Any], *, size: int | None = None, max_keys: int | None = None
+    ) -> Pipeline[tuple[Any, list[T]]]:
+        """Groups ``(key, [items])`` of the items sharing ``key(item)``, in arrival order.
+
+        A group comes out when it has ``size`` items; when a new key arrives while
+        ``max_keys`` groups are open, the oldest open group (the one begun first) comes
+        out to make room; at the end the open groups come out in the order they began.
+        Memory: ``size * max_keys`` items when both are given, else unbounded.
+
+        Example:
+            >>> import aioflow as af
+            >>> af.range(7).group_by(lambda x: x % 2, size=2).to_list()
+            [(0, [0, 2]), (1, [1, 3]), (0, [4, 6]), (1, [5])]
+        """
+        from . import ordering as _o
+
+        return self._then(
+            "group_by",
+            _o.build_group_by(key, size, max_keys),
+            card=_o.card_unknown,
+            holds=size * max_keys if size is not None and max_keys is not None else 0,
+            mult=size or 1,
+            key=(key, size, max_keys),
+        )
+
+    def partition_by(
+        self,
+        key: Callable[[T], Any],
+        num_partitions: int,
+        fn: Callable[[Pipeline[T]], Pipeline[U]],
+    ) -> Pipeline[U]:
+        """Keyed parallelism: ``fn`` runs on ``num_partitions`` partitions concurrently.
+
+        Items with the same ``key(item)`` always go to the same partition, in their
+        order (ints, strings, bytes and tuples of them by a fixed hash, see
+        ``partition.partition_of``). ``fn(Pipeline) -> Pipeline`` (a ``scan`` keeping
+        per-key state, an async enrichment ``map``) makes each partition's pipeline,
+        which runs in a task of its own; the outputs are merged as they come. Memory:
+        each partition's input waits in a channel of at most 512 items; a full one
+        blocks the routing of the whole input (a slow partition slows the input, the
+        others never buffer without bound). An error in a partition is raised as itself
+        and stops the others; on cancellation or ``break`` every partition's task is
+        cancelled and awaited.
+
+        Example:
+            >>> import asyncio, aioflow as af
+            >>> async def enrich(x):
+            ...     await asyncio.sleep(0.001)
+            ...     return x * 10
+            >>> p = af.range(8).partition_by(lambda x: x % 2, 2, lambda q: q.map(enrich))
+            >>> sorted(p.to_list())
+            [0, 10, 20, 30, 40, 50, 60, 70]
+        """
+        from . import ordering as _o
+        from . import partition as _p
+
+        return self._then(
+            f"partition_by({num_partitions})",
+            _p.build_partition_by(key, num_partitions, fn),
+            card=_o.card_unknown,
+            holds=num_partitions * (_p.INPUT_ITEMS + CHANNEL_ITEMS + CHUNK_MAX),
+            key=(key, num_partitions, fn),
+        )
+
+    def padded_batch(
+        self, size: int, *, padding_value: Any = 0, drop_remainder: bool = False
+    ) -> Pipeline[Any]:
+        """Batches of ``size`` items, arrays padded to the batch's longest in every dimension.
+
+        As tf.data's ``padded_batch`` (``padded_shapes=None``): numpy arrays and lists of
+        numbers are padded with ``padding_value`` and stacked; dicts and tuples are
+        padded field by field (``padding_value`` may be a dict/tuple of per-field
+        values); numbers become arrays. Memory: one batch being built.
+
+        Example:
+            >>> import aioflow as af
+            >>> p = af.from_iterable([[1], [2, 2], [3, 3, 3]]).padded_batch(2, padding_value=-1)
+            >>> [b.tolist() for b in p]
+            [[[1, -1], [2, 2]], [[3, 3, 3]]]
+        """
+        return self._then(
+            f"padded_batch({size})",
+            _b.build_padded_batch(size, padding_value, drop_remainder),
+            card=_b.card_batch(size, drop_remainder),
+            holds=size,
+            mult=size,
+            key=(size, padding_value, drop_remainder),
+        )
+
+    def bucket_by_length(
+        self,
+        length_fn: Callable[[T], int],
+        boundaries: list[int],
+        batch_sizes: list[int],
+        *,
+        padding_value: Any = 0,
+    ) -> Pipeline[Any]:
+        """Padded batches of items of similar length (tf.data ``bucket_by_sequence_length``).
+
+        ``length_fn(item)`` picks the bucket: lengths below ``boundaries[0]``, in
+        ``[boundaries[0], boundaries[1])``, ..., from ``boundaries[-1]`` up;
+        ``batch_sizes`` has one size per bucket (``len(boundaries) + 1``). A full bucket
+        comes out as a ``padded_batch``; at the end the partial buckets come out, in
+        bucket order. Memory: at most ``sum(batch_sizes)`` items.
+
+        Example:
+            >>> import aioflow as af
+            >>> seqs = af.from_iterable([[1], [2, 2, 2], [3], [4, 4, 4, 4]])
+            >>> [b.tolist() for b in seqs.bucket_by_length(len, [2], [2, 2])]
+            [[[1], [3]], [[2, 2, 2, 0], [4, 4, 4, 4]]]
+        """
+        from . import ordering as _o
+
+        return self._then(
+            "bucket_by_length",
+            _b.build_bucket_by_length(length_fn, boundaries, batch_sizes, padding_value),
+            card=_o.card_unknown,
+            holds=sum(batch_sizes),
+            mult=max(batch_sizes, default=1),
+            key=(length_fn, tuple(boundaries), tuple(batch_sizes), padding_value),
+        )
+
+    def rejection_resample(
+        self,
+        class_fn: Callable[[T], int],
+        target_dist: list[float],
+        *,
+        initial_dist: list[float] | None = None,
+        seed: int | None = None,
+    ) -> Pipeline[T]:
+        """Keep items at random so that their classes follow ``target_dist``.
+
+        ``class_fn(item)`` is an int class in ``range(len(target_dist))``. An item of
+        class ``c`` is kept with probability ``r[c] / max(r)``, ``r = target /
+        initial``; ``initial_dist`` is estimated online from the classes seen so far
+        when not given (as tf.data's ``rejection_resample``, which yields
+        ``(class, item)`` pairs where this yields the items). The same ``seed`` gives the
+        same choice; each epoch draws anew.
+
+        Example:
+            >>> import aioflow as af
+            >>> p = af.range(1000).rejection_resample(
+            ...     lambda x: int(x % 10 == 0), [0.5, 0.5], initial_dist=[0.9, 0.1], seed=0)
+            >>> items = p.to_list()
+            >>> 0.4 < sum(x % 10 == 0 for x in items) / len(items) < 0.6
+            True
+        """
+        from . import ordering as _o
+        from . import sampling as _s
+
+        return self._then(
+            f"rejection_resample({fn_name(class_fn)})",
+            _s.build_rejection_resample(class_fn, target_dist, initial_dist, seed),
+            card=_o.card_unknown,
+            key=(
+                class_fn,
+                tuple(target_dist),
+                None if initial_dist is None else tuple(initial_dist),
+                seed,
+            ),
+        )
 
     # -- io and caching (issue 5) --------------------------------------------------------
+    def cache(self, path: str | os.PathLike[str] | None = None) -> Pipeline[T]:
+        """Record the first complete epoch; later epochs replay it instead of the upstream.
+
+        ``path=None`` keeps the items in memory (shared, not copied), for every later
+        iteration of this pipeline. With a ``path`` the first complete epoch is written to
+        a file (pickled: numpy arrays and nested containers round-trip exactly) that any
+        later run, in this process or another, reads instead of the upstream. An epoch cut
+        short (break, error) records nothing; the file is renamed into place atomically
+        only when the epoch completed, so two runs writing it at once never corrupt it.
+        Memory (file cache): about 1 MiB of pending writes.
+
+        Example:
+            >>> import aioflow as af
+            >>> calls = []
+            >>> p = af.range(3).map(lambda x: calls.append(x) or x * 10).cache()
+            >>> p.to_list(), p.to_list(), calls
+            ([0, 10, 20], [0, 10, 20], [0, 1, 2])
+        """
+        from .cache import build_cache, cache_path
+
+        where = cache_path(path)
+        return self._then(
+            "cache" if where is None else "cache(file)", build_cache(path), key=(where,)
+        )
 
     # -- integrations (issue 8) --------------------------------------------------------
     def pin_memory(self) -> Pipeline[T]:

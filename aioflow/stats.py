@@ -1,66 +1,45 @@
 """Per-stage statistics of a run: what each stage did, where it waited, which is slow.
 
-While a run goes, each stage updates a small mutable ``StageMeter`` (a few float and int
-additions per chunk, not per item). ``it.stats()`` turns them into frozen ``StageStats``
-values inside a ``RunStats``, whose ``str()`` is a table naming the bottleneck stage.
+While a run goes, each stage updates a small mutable meter (``aioflow._meters``): a few
+float and int additions per chunk (not per item), per call for concurrent stages.
+``it.stats()`` turns them into frozen ``StageStats`` values inside a ``RunStats``, whose
+``str()`` is a table naming the bottleneck stage and why, ``_repr_html_`` the same for a
+notebook, and ``plot(path)`` a picture of where each stage spends its time.
+
+How the times are measured (all wall-clock seconds):
+
+- ``busy``: time inside the stage's own code. For a stage fused into the task that reads
+  it, the time spent producing its chunks minus the time spent in its inputs; for a stage
+  with ``concurrency`` calls in flight, the summed duration of its calls divided by
+  ``concurrency`` (so ``busy / wall`` is the share of its slots in use).
+- ``wait_in``: time spent waiting for its input: on the channel of an input that runs in a
+  task of its own, or inside a fused input.
+- ``wait_out``: time a stage in a task of its own waited for room in its output channel.
+- ``queue_*``: its output channel, averaged over time: items held and how full it is
+  (``queue_fill``: the larger of the chunk and item fractions of its capacity).
 """
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
-__all__ = ["RunStats", "StageMeter", "StageStats"]
+from ._meters import StageMeter
 
-
-class StageMeter:
-    """Mutable counters of one stage during a run (internal)."""
-
-    __slots__ = (
-        "channel",
-        "chunks_out",
-        "concurrency",
-        "errors_skipped",
-        "inputs",
-        "items_out",
-        "key",
-        "name",
-        "t_next",
-        "t_read_wait",
-        "t_wait_out",
-        "task",
-    )
-
-    def __init__(self, name: str, key: Any, *, task: bool = False) -> None:
-        self.name = name
-        self.key = key
-        self.task = task
-        self.items_out = 0
-        self.chunks_out = 0
-        self.t_next = 0.0  # time spent producing output, inclusive of fused input stages
-        self.t_read_wait = 0.0  # time the reader of this stage's channel waited on it
-        self.t_wait_out = 0.0  # time this (task) stage waited for room in its channel
-        self.errors_skipped = 0
-        self.concurrency: int | None = None
-        self.inputs: list[StageMeter] = []
-        self.channel: Any = None
-
-    def wait_in(self) -> float:
-        return sum(i.t_read_wait if i.task else i.t_next for i in self.inputs)
-
-    def items_in(self) -> int:
-        return sum(i.items_out for i in self.inputs)
+__all__ = ["RunStats", "StageStats"]
 
 
 @dataclass(frozen=True)
 class StageStats:
-    """What one stage did in a run (a frozen snapshot).
+    """What one stage did in a run (a frozen snapshot; see the module doc for the times).
 
-    ``busy`` is time spent in the stage itself, ``wait_in`` time spent waiting for its
-    input, ``wait_out`` time spent waiting for room downstream (stages in their own task
-    only); ``queue_mean``/``queue_peak`` describe its output channel against
-    ``queue_capacity`` (items), where it has one.
+    ``concurrency`` is the number of calls a stage may have in flight and ``in_flight``
+    the mean number it had; ``queue_mean``/``queue_peak`` are items in its output channel
+    (mean over time, peak) against ``queue_capacity``, ``queue_fill``/``queue_fill_peak``
+    how full it was (0..1) and ``queue_nonempty`` the share of time it held an item; all
+    ``None`` where the stage has no channel of its own.
     """
 
     name: str
@@ -71,23 +50,126 @@ class StageStats:
     wait_out: float
     errors_skipped: int = 0
     concurrency: int | None = None
+    in_flight: float | None = None
     own_task: bool = False
     queue_mean: float | None = None
     queue_peak: int | None = None
     queue_capacity: int | None = None
+    queue_fill: float | None = None
+    queue_fill_peak: float | None = None
+    queue_nonempty: float | None = None
+    inputs: tuple[str, ...] = ()
+
+
+def _stage_of(
+    m: StageMeter, name: str, inputs: tuple[str, ...], wall: float, until: float
+) -> StageStats:
+    wait_in = m.wait_in()
+    if m.concurrency:
+        busy = m.t_calls / m.concurrency
+        in_flight: float | None = m.t_calls / wall if wall > 0 else 0.0
+    else:
+        busy = max(0.0, m.t_next - wait_in)
+        in_flight = None
+    q: dict[str, Any] = {}
+    if m.q_capacity is not None:
+        span, area_fill, area_items = m.q_span, m.q_area, m.q_items_area
+        nonempty, peak, peak_fill = m.q_nonempty, m.q_peak, m.q_peak_fill
+        for qm in list(m.queues):  # channels still open
+            s, a, i, ne = qm.totals(until)
+            span, area_fill, area_items, nonempty = (
+                span + s,
+                area_fill + a,
+                area_items + i,
+                nonempty + ne,
+            )
+            peak, peak_fill = max(peak, qm.peak), max(peak_fill, qm.peak_fill)
+        q = {
+            "queue_mean": area_items / span if span > 0 else 0.0,
+            "queue_peak": peak,
+            "queue_capacity": m.q_capacity,
+            "queue_fill": area_fill / span if span > 0 else 0.0,
+            "queue_fill_peak": peak_fill,
+            "queue_nonempty": nonempty / span if span > 0 else 0.0,
+        }
+    return StageStats(
+        name=name,
+        items_in=m.items_in(),
+        items_out=m.items_out,
+        busy=busy,
+        wait_in=wait_in,
+        wait_out=m.t_wait_out,
+        errors_skipped=m.errors_skipped,
+        concurrency=m.concurrency,
+        in_flight=in_flight,
+        own_task=m.task,
+        inputs=inputs,
+        **q,
+    )
+
+
+def _ordered(meters: list[StageMeter]) -> list[StageMeter]:
+    """Sources first: every stage after its inputs and the sub-pipelines it opened."""
+    below = {id(i) for m in meters for i in (*m.inputs, *m.children)}
+    seen: set[int] = set()
+    out: list[StageMeter] = []
+
+    def visit(m: StageMeter) -> None:
+        stack: list[tuple[StageMeter, bool]] = [(m, False)]
+        while stack:  # iterative post-order: a long chain must not hit the recursion limit
+            node, expanded = stack.pop()
+            if expanded:
+                out.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for i in reversed((*node.inputs, *node.children)):
+                stack.append((i, False))
+
+    for m in meters:
+        if id(m) not in below:
+            visit(m)
+    for m in meters:  # anything unreachable (cannot happen in a tree, but never drop a row)
+        visit(m)
+    return out
+
+
+def _input_words(s: StageStats, q: StageStats | None, wall: float) -> str:
+    if q is not None and (q.queue_fill or 0.0) >= 0.7:
+        return f"its input queue is full ({q.queue_fill:.0%} on average)"
+    waited = s.wait_in / wall
+    if waited < 0.02:
+        return "it never waits on its input"
+    return f"it waits on its input {waited:.0%} of wall"
+
+
+def _output_words(q: StageStats) -> str:
+    fill = q.queue_fill or 0.0
+    if fill <= 0.3:
+        return f"its output queue is empty ({fill:.0%} full on average)"
+    return f"its output queue is {fill:.0%} full on average"
 
 
 @dataclass(frozen=True)
 class RunStats:
-    """Statistics of a whole run: one ``StageStats`` per stage, source first.
+    """Statistics of a whole run: one ``StageStats`` per stage, sources first.
+
+    ``str()`` is a table with the bottleneck stage marked ``*`` and a line saying why it is
+    the bottleneck (or that the consumer is: ``consumer_bound``); ``_repr_html_`` is the
+    same table for a notebook; ``plot(path)`` draws it (needs matplotlib:
+    ``pip install 'aioflow[plot]'``).
 
     Example:
         >>> import aioflow as af
         >>> with af.range(10).map(lambda x: x * 2).iter() as it:
         ...     total = sum(it)
         ...     s = it.stats()
-        >>> s["map(<lambda>)"].items_out
-        10
+        >>> s["map(<lambda>)"].items_in, s["map(<lambda>)"].items_out
+        (10, 10)
+        >>> str(s).splitlines()[-1].startswith("bottleneck: ")
+        True
     """
 
     stages: tuple[StageStats, ...]
@@ -95,31 +177,23 @@ class RunStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_meters(cls, meters: list[StageMeter], wall: float) -> RunStats:
-        out = []
-        for m in reversed(meters):  # meters are made sink-first; show the source first
-            wait_in = m.wait_in()
-            ch = m.channel
-            has_q = ch is not None and hasattr(ch, "occupancy_samples")
-            out.append(
-                StageStats(
-                    name=m.name,
-                    items_in=m.items_in(),
-                    items_out=m.items_out,
-                    busy=max(0.0, m.t_next - wait_in),
-                    wait_in=wait_in,
-                    wait_out=m.t_wait_out,
-                    errors_skipped=m.errors_skipped,
-                    concurrency=m.concurrency,
-                    own_task=m.task,
-                    queue_mean=(ch.occupancy_sum / ch.occupancy_samples)
-                    if has_q and ch.occupancy_samples
-                    else (0.0 if has_q else None),
-                    queue_peak=ch.peak if has_q else None,
-                    queue_capacity=ch.max_items if has_q else None,
-                )
-            )
-        return cls(tuple(_unique_names(out)), wall)
+    def from_meters(
+        cls, meters: list[StageMeter], wall: float, until: float | None = None
+    ) -> RunStats:
+        """A snapshot of the meters of a run that has lasted ``wall`` seconds until ``until``."""
+        until = perf_counter() if until is None else until
+        order = _ordered(meters)
+        names: dict[int, str] = {}
+        seen: dict[str, int] = {}
+        for m in order:
+            n = seen.get(m.name, 0)
+            seen[m.name] = n + 1
+            names[id(m)] = m.name if n == 0 else f"{m.name}#{n + 1}"
+        stages = tuple(
+            _stage_of(m, names[id(m)], tuple(names[id(i)] for i in m.inputs), wall, until)
+            for m in order
+        )
+        return cls(stages, wall)
 
     def __getitem__(self, name: str) -> StageStats:
         for s in self.stages:
@@ -134,55 +208,130 @@ class RunStats:
         return len(self.stages)
 
     @property
+    def consumer_bound(self) -> bool:
+        """True when the consumer, not a stage, held the run back.
+
+        That is: the last stage waited for room more than half of the wall time while no
+        stage was busy half of it (the loop body is slower than the pipeline).
+        """
+        if not self.stages or self.wall <= 0:
+            return False
+        top = max(s.busy for s in self.stages) / self.wall
+        return top < 0.5 and self.stages[-1].wait_out / self.wall > 0.5
+
+    @property
     def bottleneck(self) -> StageStats | None:
-        """The stage that spent the most time busy (None for an empty run)."""
-        if not self.stages:
+        """The busiest stage (its ``busy`` share of the wall is the largest).
+
+        ``None`` when no stage ran, or when the consumer is the bottleneck
+        (``consumer_bound``).
+        """
+        if not self.stages or self.consumer_bound:
             return None
         return max(self.stages, key=lambda s: s.busy)
 
+    # -- the reasoning ------------------------------------------------------------------
+    def _queue_before(self, s: StageStats) -> StageStats | None:
+        """The stage whose output channel feeds the task that runs ``s``."""
+        seen = set()
+        while s.inputs and s.name not in seen:
+            seen.add(s.name)
+            s = self[s.inputs[0]]
+            if s.queue_fill is not None:
+                return s
+        return None
+
+    def _queue_after(self, s: StageStats) -> StageStats | None:
+        """The stage whose output channel receives what ``s`` yields (itself, if it has one)."""
+        seen = set()
+        while s.queue_fill is None and s.name not in seen:
+            seen.add(s.name)
+            nxt = next((c for c in self.stages if s.name in c.inputs), None)
+            if nxt is None:
+                return None
+            s = nxt
+        return s
+
+    def reason(self) -> str:
+        """Why the bottleneck is the bottleneck, in words."""
+        if self.consumer_bound:
+            top = max(s.busy for s in self.stages) / self.wall
+            return (
+                f"the pipeline waited for the consumer to take items"
+                f" {self.stages[-1].wait_out / self.wall:.0%} of wall, and no stage was busy"
+                f" more than {top:.0%}"
+            )
+        b = self.bottleneck
+        if b is None or self.wall <= 0:
+            return "no stage ran"
+        what = f"busy {b.busy / self.wall:.0%} of wall"
+        if b.concurrency:
+            what += f" ({b.in_flight or 0:.1f} of {b.concurrency} calls in flight on average)"
+        parts = []
+        before, after = self._queue_before(b), self._queue_after(b)
+        if not b.inputs:
+            what += " (a source)"
+        else:
+            parts.append(_input_words(b, before, self.wall))
+        if after is not None and after.queue_fill is not None:
+            parts.append(_output_words(after))
+        return f"{what} while {' and '.join(parts)}" if parts else what
+
+    def summary(self) -> str:
+        """One line: the bottleneck and why."""
+        if not self.stages:
+            return "no stage ran"
+        wall = f"{self.wall:.3f} s" if self.wall >= 0.01 else f"{self.wall * 1e3:.2f} ms"
+        b = self.bottleneck
+        name = b.name if b is not None else "the consumer (the code iterating the pipeline)"
+        return f"bottleneck: {name}: {self.reason()} (wall {wall})"
+
+    # -- rendering ----------------------------------------------------------------------
+    _HEAD = ("stage", "in", "out", "busy", "wait in", "wait out", "queue", "conc", "skip")
+
     def _rows(self) -> list[list[str]]:
+        wall = self.wall if self.wall > 0 else 1.0
+        b = self.bottleneck
+
+        def t(x: float) -> str:
+            return f"{x:.3f}s {x / wall:4.0%}"
+
         rows = []
         for s in self.stages:
-            q = (
-                f"{s.queue_mean:.0f}/{s.queue_peak}/{s.queue_capacity}"
-                if s.queue_capacity is not None and s.queue_mean is not None
-                else "-"
-            )
+            q = "-"
+            if s.queue_fill is not None and s.queue_fill_peak is not None:
+                q = f"{s.queue_fill:.0%}/{s.queue_fill_peak:.0%}"
+            conc = f"{s.in_flight or 0:.1f}/{s.concurrency}" if s.concurrency else "-"
+            mark = "* " if s is b else "  "
             rows.append(
                 [
-                    s.name,
-                    str(s.items_in),
-                    str(s.items_out),
-                    f"{s.busy:.3f}",
-                    f"{s.wait_in:.3f}",
-                    f"{s.wait_out:.3f}",
+                    mark + s.name,
+                    f"{s.items_in:,}",
+                    f"{s.items_out:,}",
+                    t(s.busy),
+                    t(s.wait_in),
+                    t(s.wait_out),
                     q,
+                    conc,
                     str(s.errors_skipped),
                 ]
             )
         return rows
 
-    _HEAD = ("stage", "in", "out", "busy s", "wait in s", "wait out s", "queue m/pk/cap", "skip")
-
-    def summary(self) -> str:
-        b = self.bottleneck
-        if b is None:
-            return "no stages ran"
-        share = b.busy / self.wall if self.wall > 0 else 0.0
-        return (
-            f"bottleneck: {b.name} (busy {b.busy:.3f} s, {share:.0%} of {self.wall:.3f} s wall;"
-            " the stages after it wait on it)"
-        )
-
     def __str__(self) -> str:
-        rows = [list(self._HEAD), *self._rows()]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self._HEAD))]
+        head = ["  " + self._HEAD[0], *self._HEAD[1:]]
+        rows = [head, *self._rows()]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = []
         for j, r in enumerate(rows):
             cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)]
             lines.append("  ".join(cells).rstrip())
             if j == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        lines.append(
+            "(seconds and share of wall; queue: mean/peak fill of the output channel;"
+            " conc: calls in flight/limit)"
+        )
         lines.append(self.summary())
         return "\n".join(lines)
 
@@ -191,21 +340,33 @@ class RunStats:
         b = self.bottleneck
         body = []
         for s, r in zip(self.stages, self._rows(), strict=True):
-            style = ' style="font-weight:bold"' if b is not None and s is b else ""
-            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
+            r = [r[0][2:], *r[1:]]
+            style = ' style="font-weight:bold;background:#fde2e2"' if s is b else ""
+            cells = "".join(
+                f'<td style="text-align:{"left" if i == 0 else "right"}">{html.escape(c)}</td>'
+                for i, c in enumerate(r)
+            )
+            body.append(f"<tr{style}>{cells}</tr>")
         return (
             f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
             f"<p>{html.escape(self.summary())}</p>"
         )
 
+    def plot(self, path: Any) -> Any:
+        """Draw busy / waiting-on-input / waiting-on-output time per stage as a PNG at ``path``.
 
-def _unique_names(stages: list[StageStats]) -> list[StageStats]:
-    seen: dict[str, int] = {}
-    out = []
-    for s in stages:
-        n = seen.get(s.name, 0)
-        seen[s.name] = n + 1
-        if n:
-            s = StageStats(**{**s.__dict__, "name": f"{s.name}#{n + 1}"})
-        out.append(s)
-    return out
+        Horizontal stacked bars, one per stage, sources at the top, the bottleneck
+        highlighted. Needs matplotlib (``pip install 'aioflow[plot]'``). Returns ``path``.
+
+        Example:
+            >>> import os, tempfile, aioflow as af
+            >>> with af.range(100).map(lambda x: x + 1).iter() as it:
+            ...     _ = list(it)
+            >>> path = os.path.join(tempfile.mkdtemp(), "stats.png")
+            >>> it.stats().plot(path) == path and os.path.getsize(path) > 0
+            True
+        """
+        from ._plot import plot_stats
+
+        plot_stats(self, path)
+        return path

@@ -1,7 +1,10 @@
 """Per-item overhead: range(N) -> map(x+1) -> batch(256), aioflow vs plain generators.
 
 Runs every variant in this process, one after another, best of ``--reps``; prints the
-rates and aioflow's ratio to the plain-generator chain (the issue's goal: >= 0.5x).
+rates and aioflow's ratio to the plain-generator chain (the issue's goal: >= 0.5x), and
+the cost of the per-stage stats: each aioflow variant again with the meters off
+(``AIOFLOW_STATS=0``), as the extra wall time and the extra process CPU time (the CPU
+figure is the steadier one on a shared machine; the goal: stats cost < 10%).
 
     python bench/overhead.py [--n 1000000] [--reps 3] [--loop asyncio|uvloop]
 """
@@ -18,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import aioflow as af  # noqa: E402
+from aioflow import _runtime  # noqa: E402
 
 
 def plain(n: int) -> tuple[int, int]:
@@ -69,15 +73,21 @@ def aioflow_async(n: int) -> tuple[int, int]:
 
 
 def best(fn, n: int, reps: int) -> float:
+    return best_with_cpu(fn, n, reps)[0]
+
+
+def best_with_cpu(fn, n: int, reps: int) -> tuple[float, float]:
+    """(best rate in items/s of wall time, least process CPU seconds) over ``reps`` runs."""
     want = (n, n * (n + 1) // 2)
-    rates = []
+    rates, cpus = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         got = fn(n)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert got == want, (fn.__name__, got, want)
         rates.append(n / dt)
-    return max(rates)
+        cpus.append(cpu)
+    return max(rates), min(cpus)
 
 
 def main() -> None:
@@ -96,8 +106,21 @@ def main() -> None:
     print(f"N={a.n:,} best of {a.reps}, loop={a.loop}")
     print(f"{'plain generators':24s} {base / 1e6:8.2f} M items/s   1.00x")
     for name, fn in (("aioflow for", aioflow_sync), ("aioflow async for", aioflow_async)):
-        r = best(fn, a.n, a.reps)
-        print(f"{name:24s} {r / 1e6:8.2f} M items/s   {r / base:.2f}x")
+        rates: dict[bool, float] = {}
+        cpus: dict[bool, float] = {}
+        for metered in (True, False, True, False):  # interleaved: the machine's noise drifts
+            _runtime.METER = metered
+            rate, cpu = best_with_cpu(fn, a.n, a.reps)
+            rates[metered] = max(rates.get(metered, 0.0), rate)
+            cpus[metered] = min(cpus.get(metered, float("inf")), cpu)
+        _runtime.METER = True
+        on, off = rates[True], rates[False]
+        print(f"{name:24s} {on / 1e6:8.2f} M items/s   {on / base:.2f}x")
+        # CPU time is the steadier figure on a shared machine (other jobs steal wall time)
+        print(
+            f"{name + ' (no stats)':24s} {off / 1e6:8.2f} M items/s   {off / base:.2f}x"
+            f"   stats cost: {off / on - 1:+.1%} wall, {cpus[True] / cpus[False] - 1:+.1%} CPU"
+        )
 
 
 if __name__ == "__main__":

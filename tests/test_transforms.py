@@ -427,3 +427,64 @@ def test_apply_packages_a_chain_and_checks_its_result():
     assert af.range(4).apply(lambda p: p.map(lambda x: x + 1)).to_list() == [1, 2, 3, 4]
     with pytest.raises(af.PipelineError):
         af.range(4).apply(lambda p: 5)
+
+
+# -- every operator: empty input, re-iteration, break ----------------------------------
+async def _aid(x):
+    return x
+
+
+async def _astage(items):
+    async for x in items:
+        yield x
+
+
+EVERY_OP = {
+    "map": lambda p: p.map(lambda x: x + 1),
+    "map-async": lambda p: p.map(_aid, concurrency=4),
+    "map-thread": lambda p: p.map(lambda x: x, executor="thread", concurrency=2),
+    "filter": lambda p: p.filter(lambda x: x % 2),
+    "flat_map": lambda p: p.flat_map(lambda x: [x, x]),
+    "scan": lambda p: p.scan(0, lambda s, x: (s + x, s)),
+    "enumerate": lambda p: p.enumerate(),
+    "take": lambda p: p.take(30),
+    "skip": lambda p: p.skip(3),
+    "repeat": lambda p: p.repeat(2),
+    "shard": lambda p: p.shard(2, 1),
+    "prefetch": lambda p: p.prefetch(3),
+    "pipe": lambda p: p.pipe(_astage),
+    "batch": lambda p: p.batch(3, collate=list),
+    "unbatch": lambda p: p.batch(3).unbatch().map(int),
+    "rebatch": lambda p: p.batch(3, collate=list).rebatch(2),
+    "window": lambda p: p.window(3, shift=2),
+    "zip": lambda p: af.zip(p, p.map(str)),
+    "concat": lambda p: af.concat(p, p),
+}
+
+
+@pytest.mark.parametrize("op", EVERY_OP.values(), ids=EVERY_OP.keys())
+def test_every_operator_gives_nothing_for_empty_input_and_the_same_epoch_twice(op):
+    assert op(af.range(0)).to_list() == []
+    p = op(af.range(50))
+    first = p.to_list()
+    assert first and p.to_list() == first
+
+
+@pytest.mark.parametrize("op", EVERY_OP.values(), ids=EVERY_OP.keys())
+def test_every_operator_stops_on_break_without_leaving_threads(op, no_leaks):
+    for i, _ in enumerate(op(af.range(10**7))):
+        if i == 3:
+            break
+
+
+@pytest.mark.parametrize("op", EVERY_OP.values(), ids=EVERY_OP.keys())
+def test_every_operator_passes_an_upstream_error_through_as_itself(op):
+    err = Boom("upstream")
+
+    def gen():
+        yield from range(10)
+        raise err
+
+    with pytest.raises(Boom) as info:
+        op(af.from_iterable(gen)).to_list()
+    assert info.value is err

@@ -1,0 +1,163 @@
+"""``af.bench``: how fast a pipeline runs on its own (tensorpack's ``TestDataSpeed``).
+
+It iterates the pipeline with the sync adapter (so it works from a script and from a
+notebook cell alike), shows a tqdm progress bar with items/s, and returns a small frozen
+``BenchResult``: items/s, time to the first item, the item count, the wall time and the
+run's ``RunStats``. The loop reads items in batches whose size adapts to the rate (as the
+sources size their chunks), so timing and the progress bar cost little per item.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from itertools import islice
+from time import perf_counter
+from typing import Any
+
+from .errors import PipelineError
+from .pipeline import INFINITE, Pipeline
+from .stats import RunStats
+
+__all__ = ["BenchResult", "bench"]
+
+# Read this long between two looks at the clock and the progress bar.
+_STEP_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What ``af.bench`` measured (a frozen value).
+
+    ``items`` were read in ``seconds`` after the warm-up (``items_per_s`` is their ratio);
+    ``first_item_s`` is the time from the start of the run to its first item (warm-up
+    included); ``stats`` are the whole run's per-stage stats.
+    """
+
+    items: int
+    seconds: float
+    items_per_s: float
+    first_item_s: float | None
+    warmup: int
+    stats: RunStats
+
+    def __str__(self) -> str:
+        first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
+        head = (
+            f"{self.items:,} items in {self.seconds:.3f} s: {self.items_per_s:,.1f} items/s"
+            f" (first item after {first}"
+            + (f"; {self.warmup:,} warm-up items not timed)" if self.warmup else ")")
+        )
+        return f"{head}\n{self.stats}"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
+        return (
+            f"<p><b>{self.items_per_s:,.1f} items/s</b>: {self.items:,} items in"
+            f" {self.seconds:.3f} s (first item after {html.escape(first)})</p>"
+            + self.stats._repr_html_()
+        )
+
+
+def _check_limit(name: str, v: Any, kind: type | tuple[type, ...]) -> None:
+    if v is None:
+        return
+    ok = not isinstance(v, bool) and isinstance(v, kind)
+    if not ok or v < 0:
+        what = "an int" if kind is int else "a number"
+        raise PipelineError(f"bench: {name} must be {what} >= 0 or None, got {v!r}")
+
+
+def bench(
+    p: Pipeline[Any],
+    *,
+    num_items: int | None = None,
+    seconds: float | None = None,
+    warmup: int = 0,
+    progress: bool = True,
+) -> BenchResult:
+    """Run ``p`` with a progress bar and measure its speed (tensorpack ``TestDataSpeed``).
+
+    Reads ``warmup`` items untimed, then up to ``num_items`` items or for up to ``seconds``
+    seconds, whichever comes first (the whole pipeline when both are ``None``; an
+    infinite one needs a limit), and closes the run. ``progress`` shows a tqdm bar with
+    items/s on stderr. Returns a ``BenchResult`` whose ``str()`` is a line with items/s
+    and time to first item, followed by the run's stats table.
+
+    Example:
+        >>> import aioflow as af
+        >>> r = af.bench(af.range(1000).map(lambda x: x + 1).batch(10), progress=False)
+        >>> r.items, r.items_per_s > 0, r.stats["batch(10)"].items_in
+        (100, True, 1000)
+    """
+    if not isinstance(p, Pipeline):
+        raise PipelineError(f"bench needs a Pipeline, got {type(p).__name__}")
+    _check_limit("num_items", num_items, int)
+    _check_limit("seconds", seconds, (int, float))
+    _check_limit("warmup", warmup, int)
+    if num_items is None and seconds is None and p.cardinality() == INFINITE:
+        raise PipelineError("bench: the pipeline is infinite: give num_items or seconds")
+    from tqdm import tqdm
+
+    total = num_items
+    if total is None and seconds is None and p.cardinality() >= 0:
+        total = max(0, p.cardinality() - warmup)
+    bar = tqdm(total=total, unit="it", disable=not progress, desc="bench", smoothing=0.1)
+    first: float | None = None
+    count = 0
+    with bar, p.iter() as it:
+        t_start = perf_counter()
+        consumed = 0  # items read from it, warm-up included
+
+        def take(n: int) -> int:
+            nonlocal first, consumed
+            if n <= 0:
+                return 0
+            before = it._count
+            if first is None:
+                try:
+                    next(it)
+                except StopIteration:
+                    return 0
+                first = perf_counter() - t_start
+                n -= 1
+            deque(islice(it, n), maxlen=0)  # consume without holding the items
+            got = it._count - before
+            consumed += got
+            return got
+
+        if warmup:
+            bar.set_description_str("bench (warm-up)")
+            take(warmup)
+            bar.set_description_str("bench")
+        t0 = perf_counter() if warmup else t_start
+        done = consumed < warmup  # the pipeline ended during the warm-up
+        step = 1
+        while not done:
+            want = step if num_items is None else min(step, num_items - count)
+            if want <= 0:
+                break
+            s0 = perf_counter()
+            got = take(want)
+            now = perf_counter()
+            count += got
+            bar.update(got)
+            if got < want or (seconds is not None and now - t0 >= seconds):
+                break
+            # adapt the read size so that the clock and the bar are looked at ~20 times/s
+            if now - s0 < _STEP_SECONDS / 2 and step < 1 << 16:
+                step *= 2
+            elif now - s0 > 2 * _STEP_SECONDS and step > 1:
+                step //= 2
+        elapsed = perf_counter() - t0
+    stats = it.stats()  # the run is closed: its stats are final
+    return BenchResult(
+        items=count,
+        seconds=elapsed,
+        items_per_s=count / elapsed if elapsed > 0 else 0.0,
+        first_item_s=first,
+        warmup=min(warmup, consumed),
+        stats=stats,
+    )

@@ -1,0 +1,27 @@
+"""Sources that read files: local paths through aiofiles, URLs through fsspec.
+
+Each reader takes one path and returns a ``Pipeline``, so that ``list_files(...)``
+composes with them through ``flat_map`` or ``interleave``. Modules by format family:
+``files`` (list_files, lines, JSON Lines, whole files), ``npy``, ``tfrecord``, ``tar``
+(WebDataset shards), ``parquet``; ``remote`` holds the fsspec side and ``_streams`` what
+every reader shares (opening, buffering, errors naming the file and position).
+"""
+
+from __future__ import annotations
+
+from .files import list_files, read_bytes, read_jsonl, read_lines
+from .npy import read_npy
+from .parquet import read_parquet
+from .tar import read_tar
+from .tfrecord import read_tfrecord
+
+__all__ = [
+    "list_files",
+    "read_bytes",
+    "read_jsonl",
+    "read_lines",
+    "read_npy",
+    "read_parquet",
+    "read_tar",
+    "read_tfrecord",
+]

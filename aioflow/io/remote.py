@@ -1,0 +1,147 @@
+"""Remote paths: URLs (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...) read with fsspec.
+
+Needs the extra ``remote`` (fsspec, and aiohttp for HTTP; s3fs or gcsfs for object stores).
+A file system with an asynchronous implementation (HTTP, S3, GCS) is used as such, on the
+run's own event loop: each run makes its own instance (fsspec caches instances across
+loops, which would tie a session to a dead loop) and closes its session when the run
+ends. A synchronous one (``memory://``, ...) is read in the loop's thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import weakref
+from typing import Any
+
+from .._runtime import Ctx, Run
+from ._streams import ByteStream
+
+__all__ = ["glob_url", "open_url"]
+
+_INSTALL = "reading URLs needs fsspec: pip install 'aioflow[remote]'"
+
+# one file system per protocol per run (a run may read thousands of files)
+_per_run: weakref.WeakKeyDictionary[Run, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _fsspec() -> Any:
+    try:
+        import fsspec
+    except ImportError as e:
+        raise ImportError(_INSTALL) from e
+    return fsspec
+
+
+def protocol_of(url: str) -> str:
+    return url.partition("://")[0].lower()
+
+
+def glob_url(pattern: str) -> list[str]:
+    """The files (not directories) a URL glob pattern matches, as URLs (``list_files``)."""
+    fs, path = _fsspec().core.url_to_fs(pattern)
+    found = fs.glob(path, detail=True)
+    return [
+        fs.unstrip_protocol(name)
+        for name, info in found.items()
+        if info.get("type", "file") != "directory"
+    ]
+
+
+async def _filesystem(url: str, ctx: Ctx) -> Any:
+    protocol = protocol_of(url)
+    mine = _per_run.setdefault(ctx.run, {})
+    fs = mine.get(protocol)
+    if fs is None:
+        cls = _fsspec().get_filesystem_class(protocol)
+        if getattr(cls, "async_impl", False):
+            fs = cls(asynchronous=True, skip_instance_cache=True, loop=asyncio.get_running_loop())
+            ctx.run.resources.append(lambda: _close_async(fs))
+        else:
+            fs = cls()
+        mine[protocol] = fs
+    return fs
+
+
+async def _close_async(fs: Any) -> None:
+    """Close the client session of an async file system (aiohttp for HTTP/GCS, S3's)."""
+    for attr in ("_session", "_s3"):
+        session = getattr(fs, attr, None)
+        close = getattr(session, "close", None)
+        if close is None:
+            continue
+        try:
+            res = close()
+            if inspect.isawaitable(res):
+                await res
+        except Exception:  # pragma: no cover - closing is best effort at run end
+            pass
+    await asyncio.sleep(0)  # let the closed connections' transports close their sockets
+
+
+class _AsyncFileStream:
+    __slots__ = ("_f",)
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    async def read(self, n: int) -> bytes:
+        data: bytes = await self._f.read(n)
+        return data
+
+    async def aclose(self) -> None:
+        await self._f.close()
+
+
+class _RangeStream:
+    """For async file systems without ``open_async``: ranged ``_cat_file`` reads."""
+
+    __slots__ = ("_fs", "_path", "_pos", "_size")
+
+    def __init__(self, fs: Any, path: str, size: int) -> None:
+        self._fs, self._path, self._pos, self._size = fs, path, 0, size
+
+    async def read(self, n: int) -> bytes:
+        if self._pos >= self._size:
+            return b""
+        end = min(self._size, self._pos + n)
+        data: bytes = await self._fs._cat_file(self._path, start=self._pos, end=end)
+        self._pos += len(data)
+        return data
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _ThreadStream:
+    """A synchronous fsspec file, read in the loop's default thread pool."""
+
+    __slots__ = ("_f",)
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    async def read(self, n: int) -> bytes:
+        data: bytes = await asyncio.get_running_loop().run_in_executor(None, self._f.read, n)
+        return data
+
+    async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._f.close)
+
+
+async def open_url(url: str, ctx: Ctx) -> ByteStream:
+    """Open a URL for reading bytes (``FileNotFoundError`` naming it when it is missing)."""
+    fs = await _filesystem(url, ctx)
+    path = type(fs)._strip_protocol(url)
+    if getattr(fs, "async_impl", False):
+        try:
+            f = await fs.open_async(path, "rb")
+        except NotImplementedError:
+            info = await fs._info(path)
+            return _RangeStream(fs, path, int(info["size"]))
+        return _AsyncFileStream(f)
+    try:
+        f = await asyncio.get_running_loop().run_in_executor(None, fs.open, path, "rb")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(2, f"No such file: {url!r}", url) from e
+    return _ThreadStream(f)

@@ -1,0 +1,179 @@
+"""``read_tar``: WebDataset-style samples from a tar file, read as a stream.
+
+The tar is parsed block by block here (``tarfile.TarInfo.frombuf`` decodes one 512-byte
+header; GNU long names and pax headers are applied to the member they precede), so it is
+never seeked and never held whole: at most one sample's members are in memory.
+
+WebDataset's convention: a member's key is its path up to the first dot of its file
+name, its extension the rest (``shard/000123.seg.png`` -> ``shard/000123``, ``seg.png``);
+consecutive members with the same key make one sample, a dict ``{"__key__": key,
+extension: bytes, ...}`` (extensions lower-cased). Members without a dot in their file
+name, directories and links are left out, as WebDataset does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+from typing import Any
+
+from .._calls import ErrorPolicy
+from .._runtime import CHUNK_MAX, ChunkIter, Ctx
+from ..pipeline import Pipeline
+from ._streams import Buffered, bad_input, check_compression, open_stream, reader
+
+__all__ = ["read_tar", "split_key"]
+
+_BLOCK = 512
+_ZERO = bytes(_BLOCK)
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
+_META = {tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGLINK}
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """``(key, extension)`` of a member name, WebDataset's way (None without a dot).
+
+    Example:
+        >>> split_key("d/000123.seg.png"), split_key("README")
+        (('d/000123', 'seg.png'), None)
+    """
+    m = _KEY.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    """The records of a pax extended header: ``"%d %s=%s\\n"``."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data) and data[pos] != 0:
+        sp = data.index(b" ", pos)
+        n = int(data[pos:sp])
+        k, _, v = data[sp + 1 : pos + n - 1].partition(b"=")
+        out[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "surrogateescape")
+        pos += n
+    return out
+
+
+def read_tar(
+    path: str | os.PathLike[str],
+    *,
+    compression_type: str | None = None,
+    on_error: str | int = "raise",
+) -> Pipeline[Any]:
+    """WebDataset samples from a tar file: dicts of ``bytes`` keyed by extension.
+
+    A file cut short, or a header that does not parse, raises ``af.BadInput`` naming the
+    file and the byte offset of the member's header; a member name repeated within one
+    sample too. With ``on_error="skip"`` a sample with a repeated member is dropped and
+    reading goes on; after a broken header or a truncation the rest of the file is
+    dropped (and the sample cut short with it). Either is counted and logged once.
+    ``compression_type="GZIP"`` reads a ``.tar.gz`` shard as a stream.
+
+    Example:
+        >>> import io, os, tarfile, tempfile, aioflow as af
+        >>> path = os.path.join(tempfile.mkdtemp(), "shard.tar")
+        >>> with tarfile.open(path, "w") as tf:
+        ...     for name, data in [("a.txt", b"hi"), ("a.cls", b"1"), ("b.txt", b"yo")]:
+        ...         info = tarfile.TarInfo(name)
+        ...         info.size = len(data)
+        ...         tf.addfile(info, io.BytesIO(data))
+        >>> af.read_tar(path).to_list()
+        [{'__key__': 'a', 'txt': b'hi', 'cls': b'1'}, {'__key__': 'b', 'txt': b'yo'}]
+    """
+
+    comp = check_compression(compression_type)
+
+    async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
+        out: list[dict[str, Any]] = []
+        key: str | None = None
+        sample: dict[str, Any] | None = None
+        longname: str | None = None
+        pax: dict[str, str] = {}
+        index = 0  # samples seen
+        async with open_stream(p, ctx, comp) as s:
+            buf = Buffered(s)
+            problem = None
+            while True:
+                at = buf.offset  # where the next header starts
+                if out and buf.available < _BLOCK:
+                    yield out  # before waiting for the next read
+                    out = []
+                if not await buf.fill(_BLOCK):
+                    if buf.available:
+                        problem = f"truncated tar: a {buf.available}-byte partial header"
+                    break
+                head = bytes(buf.buf[buf.pos : buf.pos + _BLOCK])
+                if head == _ZERO:
+                    break  # end-of-archive marker
+                try:
+                    info = tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")
+                except tarfile.HeaderError as e:
+                    problem = f"bad tar header ({e})"
+                    break
+                buf.skip(_BLOCK)
+                try:
+                    size = int(pax.get("size", info.size))
+                except ValueError:
+                    problem = f"bad size {pax['size']!r} in a pax header"
+                    break
+                padded = -(-size // _BLOCK) * _BLOCK
+                if not await buf.fill(size):
+                    problem = (
+                        f"truncated tar: member {info.name!r} has {size} bytes,"
+                        f" the file ends after {buf.available}"
+                    )
+                    break
+                data = buf.take(size)
+                buf.skip(min(padded - size, buf.available))
+                if info.type == tarfile.GNUTYPE_LONGNAME:
+                    longname = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
+                    continue
+                if info.type in _META:
+                    if info.type != tarfile.XGLTYPE and info.type != tarfile.GNUTYPE_LONGLINK:
+                        try:
+                            pax = _pax(data)
+                        except ValueError:
+                            problem = "bad pax header"
+                            break
+                    continue
+                name = longname or pax.get("path") or info.name
+                longname, pax = None, {}
+                if not info.isreg():
+                    continue
+                split = split_key(name)
+                if split is None:
+                    continue
+                k, ext = split[0], split[1].lower()
+                if k != key:
+                    if sample is not None:
+                        out.append(sample)
+                        index += 1
+                        if len(out) >= CHUNK_MAX:
+                            yield out
+                            out = []
+                    key, sample = k, {"__key__": k}
+                if sample is None:
+                    continue  # the rest of a dropped sample
+                if ext in sample:
+                    err = bad_input(
+                        ctx, p, f"member {name!r} appears twice in sample {k!r}", offset=at
+                    )
+                    if out:
+                        yield out
+                        out = []
+                    if not policy.skip(err, ctx, index):
+                        raise err
+                    sample = None
+                    continue
+                sample[ext] = data
+            if problem is None and sample is not None:
+                out.append(sample)
+            if out:
+                yield out
+            if problem is not None:
+                err = bad_input(ctx, p, problem, offset=at)
+                if not policy.skip(err, ctx, index):
+                    raise err
+
+    return reader("read_tar", path, gen, on_error=on_error, key=(comp,))

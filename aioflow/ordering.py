@@ -1,0 +1,210 @@
+"""Ordering and grouping: shuffle, sort_by (streaming or external), group_by.
+
+``shuffle`` is tf.data's buffer shuffle, with random indices drawn in bulk per chunk.
+``sort_by`` with a ``buffer_size`` is a heap that repairs bounded lateness; without one it
+is an external merge sort (see ``_spill``). ``group_by`` collects per-key groups with
+bounded memory.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
+from itertools import count
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
+from ._spill import external_sort, keys_of
+from .errors import PipelineError, annotate
+from .sampling import check_seed, epoch_rng
+
+__all__ = [
+    "build_group_by",
+    "build_shuffle",
+    "build_sort_by",
+    "card_unknown",
+    "check_size",
+]
+
+
+def card_unknown(cs: Sequence[int]) -> int:
+    """The cardinality of an operator whose output count depends on the data."""
+    return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD
+
+
+def check_size(name: str, v: Any, lo: int = 1, none_ok: bool = False) -> int | None:
+    if v is None and none_ok:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise PipelineError(f"{name} must be an int >= {lo}, got {v!r}")
+    return v
+
+
+# -- shuffle ------------------------------------------------------------------------------
+def build_shuffle(
+    buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    """tf.data's buffer shuffle: fill a buffer, then emit a random slot and refill it.
+
+    The slots for a whole chunk are drawn at once (doubles scaled to the buffer size: one
+    64-bit draw per item, so the order does not depend on chunk boundaries). At the end
+    the buffer is emitted in a random permutation.
+    """
+    check_size("shuffle buffer_size", buffer_size)
+    seed = check_seed(seed)
+    if seed is None and not reshuffle_each_iteration:
+        # as in tf.data: a random order, the same for every epoch of this pipeline
+        seed = check_seed(np.random.SeedSequence().entropy)
+
+    async def shuffle(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+        rng = epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0)
+        buf: list[Any] = []
+        n = buffer_size
+        async with aclosing(src):
+            async for chunk in src:
+                if len(buf) < n:
+                    room = n - len(buf)
+                    buf.extend(chunk[:room])
+                    if len(chunk) <= room:
+                        continue
+                    chunk = chunk[room:]
+                slots = (rng.random(len(chunk)) * n).astype(int).tolist()
+                out: list[Any] = []
+                emit = out.append
+                for i, x in zip(slots, chunk, strict=True):
+                    emit(buf[i])
+                    buf[i] = x
+                yield out
+        if buf:
+            order = rng.permutation(len(buf)).tolist()
+            for i in range(0, len(order), CHUNK_MAX):
+                yield [buf[j] for j in order[i : i + CHUNK_MAX]]
+
+    return lambda ctx, inputs: shuffle(inputs[0](), ctx)
+
+
+# -- sort_by ------------------------------------------------------------------------------
+class _Desc:
+    """A key that sorts in reverse (for the heap of a streaming sort with ``reverse``)."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: Any) -> None:
+        self.k = k
+
+    def __lt__(self, other: _Desc) -> bool:
+        return bool(other.k < self.k)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and bool(self.k == other.k)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def build_sort_by(
+    key: Callable[[Any], Any],
+    buffer_size: int | None,
+    reverse: bool,
+    max_in_memory: int,
+    spill_dir: str | None,
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    if not callable(key):
+        raise PipelineError(f"sort_by needs a callable key, got {key!r}")
+    check_size("sort_by buffer_size", buffer_size, none_ok=True)
+    check_size("sort_by max_in_memory", max_in_memory)
+    if buffer_size is None:
+        return lambda ctx, inputs: external_sort(
+            inputs[0](), ctx, key, reverse, max_in_memory, spill_dir
+        )
+    size = buffer_size
+
+    async def stream_sort(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+        # entries (key, seq, item): seq breaks ties in arrival order, items are never compared
+        heap: list[tuple[Any, int, Any]] = []
+        seq = count()
+        pushpop = partial(heapq.heappushpop, heap)
+        third = itemgetter(2)
+        pos = 0
+        failure: BaseException | None = None
+        async with aclosing(src):
+            try:
+                async for chunk in src:
+                    keys, failure = keys_of(key, chunk, ctx, pos)
+                    if reverse:
+                        keys = [_Desc(k) for k in keys]
+                    entries = list(zip(keys, seq, chunk, strict=False))  # up to a failing key
+                    pos += len(entries)
+                    room = size - len(heap)
+                    if room > 0:
+                        heap.extend(entries[:room])
+                        if len(heap) == size:
+                            heapq.heapify(heap)
+                        entries = entries[room:]
+                    if entries:
+                        yield list(map(third, map(pushpop, entries)))
+                    if failure is not None:
+                        break
+            except Exception as e:  # upstream, or keys that do not compare
+                failure = annotate(e, ctx.name, pos)
+        # the end, or an error: what is left comes out in order (before the error)
+        try:
+            heap.sort()
+        except Exception as e:
+            if failure is None:
+                raise annotate(e, ctx.name, pos) from None
+            heap.clear()  # the keys do not compare: only the error comes out
+        for i in range(0, len(heap), CHUNK_MAX):
+            yield [e[2] for e in heap[i : i + CHUNK_MAX]]
+        if failure is not None:
+            raise failure
+
+    return lambda ctx, inputs: stream_sort(inputs[0](), ctx)
+
+
+# -- group_by -----------------------------------------------------------------------------
+def build_group_by(
+    key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    """Per-key groups, kept in the order in which each open group began."""
+    if not callable(key):
+        raise PipelineError(f"group_by needs a callable key, got {key!r}")
+    check_size("group_by size", size, none_ok=True)
+    check_size("group_by max_keys", max_keys, none_ok=True)
+    full = size if size is not None else -1
+    most = max_keys if max_keys is not None else -1
+
+    async def group(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+        # an OrderedDict: a plain dict's first key is slow to find after many deletions
+        groups: OrderedDict[Hashable, list[Any]] = OrderedDict()
+        pos = 0
+        async with aclosing(src):
+            async for chunk in src:
+                out: list[tuple[Hashable, list[Any]]] = []
+                for x in chunk:
+                    try:
+                        k = key(x)
+                        g = groups.get(k)
+                    except Exception as e:
+                        if out:
+                            yield out
+                        raise annotate(e, ctx.name, pos) from None
+                    pos += 1
+                    if g is None:
+                        if len(groups) == most:  # the oldest open group makes room
+                            out.append(groups.popitem(last=False))
+                        g = groups[k] = []
+                    g.append(x)
+                    if len(g) == full:
+                        out.append((k, groups.pop(k)))
+                if out:
+                    yield out
+        rest = list(groups.items())
+        for i in range(0, len(rest), CHUNK_MAX):
+            yield rest[i : i + CHUNK_MAX]
+
+    return lambda ctx, inputs: group(inputs[0](), ctx)

@@ -1,0 +1,211 @@
+"""Keyed parallelism: ``partition_by``.
+
+A router task reads the input and sends every item to the partition of its key, through
+a bounded channel per partition; each partition runs ``fn(Pipeline)`` on its items in a
+task of its own (``ctx.open_task``); the outputs are merged as they come. A full
+partition channel blocks the router, so one slow partition holds the whole input back
+rather than letting the others buffer without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import zlib
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._runtime import CHANNEL_ITEMS, Channel, Chunk, ChunkIter, Ctx, Node, Opener, aclosing
+from .errors import PipelineError, annotate
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["build_partition_by", "partition_of"]
+
+#: Bound of each partition's input channel: chunks (the router cuts small ones) and items.
+INPUT_CHUNKS = 8
+INPUT_ITEMS = CHANNEL_ITEMS
+
+_MASK = 2**64 - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def partition_of(key: Hashable, n: int) -> int:
+    """The partition of a key: the same in every run and every process for the usual keys.
+
+    ints (splitmix64), ``str`` and ``bytes`` (CRC-32) and tuples of them are hashed
+    by a fixed function; any other key by ``hash()``, which is stable within a process
+    (enough for one run) but, for some types, not across processes.
+
+    Example:
+        >>> partition_of("user-7", 8) == partition_of("user-7", 8), partition_of(3, 1)
+        (True, 0)
+    """
+    return _stable_hash(key) % n
+
+
+def _stable_hash(k: Any) -> int:
+    if isinstance(k, int):  # splitmix64's finalizer: ids that share a stride spread too
+        z = (k + _GOLDEN) & _MASK
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return z ^ (z >> 31)
+    if isinstance(k, str):
+        return zlib.crc32(k.encode("utf-8", "surrogatepass"))
+    if isinstance(k, bytes):
+        return zlib.crc32(k)
+    if isinstance(k, tuple):
+        h = 0x345678
+        for x in k:
+            h = ((h ^ _stable_hash(x)) * 1000003) & _MASK
+        return h >> 16
+    return hash(k) & _MASK
+
+
+class _Input(Channel):
+    """A partition's input channel; once its reader is gone, items for it are dropped."""
+
+    __slots__ = ("gone",)
+
+    def __init__(self) -> None:
+        super().__init__(INPUT_CHUNKS, INPUT_ITEMS)
+        self.gone = False
+
+    def full_for(self, chunk: Chunk) -> bool:
+        return not self.gone and super().full_for(chunk)
+
+    async def put(self, chunk: Chunk) -> None:
+        if not self.gone:
+            await super().put(chunk)
+
+    def abandon(self) -> None:
+        # the partition's pipeline stopped reading (take, an error): never block the router
+        self.gone = True
+        self.discard()
+        p = self._putter
+        if p is not None and not p.done():
+            p.set_result(None)
+
+
+def _feed(chan: _Input, index: int) -> Pipeline[Any]:
+    from .pipeline import Pipeline
+
+    async def read() -> ChunkIter:
+        try:
+            while (chunk := await chan.get()) is not None:
+                yield chunk
+        finally:
+            chan.abandon()
+
+    return Pipeline(Node(f"partition {index}", lambda ctx, inputs: read(), key=(index,)))
+
+
+async def _route(
+    src: ChunkIter,
+    key: Callable[[Any], Hashable],
+    chans: list[_Input],
+    ctx: Ctx,
+) -> BaseException | None:
+    """Send every item to its partition; the input's error is returned, not raised."""
+    n = len(chans)
+    pos = 0
+    error: BaseException | None = None
+    try:
+        async with aclosing(src):
+            async for chunk in src:
+                parts: list[list[Any]] = [[] for _ in range(n)]
+                for x in chunk:
+                    try:
+                        k = key(x)
+                        i = _stable_hash(k) % n
+                    except Exception as e:
+                        error = annotate(e, ctx.name, pos)
+                        break
+                    parts[i].append(x)
+                    pos += 1
+                for chan, part in zip(chans, parts, strict=True):
+                    if part:
+                        await chan.put(part)
+                if error is not None or all(c.gone for c in chans):
+                    break  # (when every partition stopped reading, the rest is not wanted)
+    except Exception as e:
+        error = e
+    finally:
+        for chan in chans:
+            chan.close()  # the partitions finish the items they have, then end
+    return error
+
+
+async def _merge(srcs: list[ChunkIter]) -> ChunkIter:
+    """Chunks of several inputs as they come; the first error is raised as itself."""
+    pending: dict[asyncio.Future[Chunk], ChunkIter] = {}
+    try:
+        for s in srcs:
+            pending[asyncio.ensure_future(anext(s))] = s
+        while pending:
+            done, _ = await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
+            for fut in done:
+                s = pending.pop(fut)
+                try:
+                    chunk = fut.result()
+                except StopAsyncIteration:
+                    continue
+                pending[asyncio.ensure_future(anext(s))] = s
+                yield chunk
+    finally:
+        for fut in pending:
+            fut.cancel()
+        if pending:
+            await asyncio.wait(set(pending))
+        for fut in pending:
+            if not fut.cancelled():
+                fut.exception()
+        for s in srcs:
+            with contextlib.suppress(Exception):
+                await s.aclose()
+
+
+def build_partition_by(
+    key: Callable[[Any], Hashable],
+    num_partitions: int,
+    fn: Callable[[Pipeline[Any]], Pipeline[Any]],
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    if not callable(key) or not callable(fn):
+        raise PipelineError("partition_by needs a callable key and a callable fn")
+    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
+        raise PipelineError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+    if num_partitions < 1:
+        raise PipelineError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+
+    async def partition(opener: Opener, ctx: Ctx) -> ChunkIter:
+        from .pipeline import Pipeline
+
+        chans = [_Input() for _ in range(num_partitions)]
+        subs: list[ChunkIter] = []
+        for i, chan in enumerate(chans):
+            try:
+                sub = fn(_feed(chan, i))
+            except Exception as e:
+                raise annotate(e, ctx.name) from None
+            if not isinstance(sub, Pipeline):
+                raise PipelineError(
+                    f"partition_by: fn returned {type(sub).__name__}, not a Pipeline"
+                )
+            subs.append(ctx.open_task(sub))
+        router = ctx.run.start(_route(opener(), key, chans, ctx), f"{ctx.name}:router")
+        try:
+            async with aclosing(_merge(subs)) as merged:
+                async for chunk in merged:
+                    yield chunk
+            for chan in chans:
+                chan.abandon()  # every partition ended: nobody reads what is left
+            error = await router
+            if error is not None:
+                raise error
+        finally:
+            router.cancel()
+            with contextlib.suppress(BaseException):
+                await router
+
+    return lambda ctx, inputs: partition(inputs[0], ctx)

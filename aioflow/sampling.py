@@ -1,0 +1,137 @@
+"""Randomness: per-epoch seeding, and rejection resampling towards a class distribution.
+
+Every random operator (``shuffle``, ``rejection_resample``, ``sample_from``) draws from a
+numpy ``Generator`` made by ``epoch_rng``: seeded from ``(seed, epoch)`` so that the same
+seed and the same input give the same output, and a new epoch (``ctx.open_index``) a new
+one. Random numbers are drawn in bulk per chunk as doubles (one 64-bit draw each), so the
+output does not depend on how the input happened to be cut into chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._runtime import ChunkIter, Ctx, Opener, aclosing
+from .errors import PipelineError, annotate
+
+__all__ = ["build_rejection_resample", "check_seed", "epoch_rng", "probabilities"]
+
+#: Count every class starts from when the initial distribution is estimated (tf.data's).
+SMOOTHING = 10
+
+
+def check_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise PipelineError(f"seed must be an int or None, got {seed!r}")
+    return int(seed) % 2**64  # SeedSequence wants a non-negative int; tf.data seeds are int64
+
+
+def epoch_rng(seed: int | None, epoch: int) -> np.random.Generator:
+    """The generator of one epoch: from ``(seed, epoch)``, or fresh entropy when no seed."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng(np.random.SeedSequence([seed, epoch]))
+
+
+def probabilities(name: str, dist: Any, n: int | None = None) -> np.ndarray:
+    """A probability vector from non-negative weights (normalized), checked."""
+    try:
+        p = np.asarray(dist, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise PipelineError(f"{name} must be a sequence of numbers, got {dist!r}") from None
+    if p.ndim != 1 or len(p) == 0 or (n is not None and len(p) != n):
+        want = f"{n} numbers" if n is not None else "a non-empty sequence of numbers"
+        raise PipelineError(f"{name} must be {want}, got {dist!r}")
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or p.sum() <= 0:
+        raise PipelineError(f"{name} must be non-negative, finite and not all zero, got {dist!r}")
+    return p / p.sum()
+
+
+def _ratio(target: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    # target / initial, with 0/0 = 0 (a class that neither exists nor is wanted)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(target > 0, target / initial, 0.0)
+    return r
+
+
+def build_rejection_resample(
+    class_fn: Callable[[Any], Any],
+    target_dist: Any,
+    initial_dist: Any,
+    seed: int | None,
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    """The build of ``rejection_resample``.
+
+    An item of class ``c`` is kept with probability ``r[c] / max(r)``, where
+    ``r = target / initial``: the output's class distribution is the target one, and no
+    class is rejected more than it must be. tf.data reaches the same distribution by
+    mixing the stream with a filtered second pass over the data (with probability
+    ``min(r) / max(r)``); a stream read once cannot do that, so here each item is seen once.
+    Without ``initial_dist`` it is estimated online from the classes seen so far (counts
+    starting at 10 per class, as tf.data does), the item itself included.
+    """
+    if not callable(class_fn):
+        raise PipelineError(f"rejection_resample needs a callable class_fn, got {class_fn!r}")
+    target = probabilities("target_dist", target_dist)
+    k = len(target)
+    known: np.ndarray | None = None
+    if initial_dist is not None:
+        initial = probabilities("initial_dist", initial_dist, k)
+        if np.any((initial == 0) & (target > 0)):
+            raise PipelineError(
+                f"initial_dist gives probability 0 to a class the target wants: {initial_dist!r}"
+            )
+        r = _ratio(target, initial)
+        known = r / r.max()
+    seed = check_seed(seed)
+
+    async def resample(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+        rng = epoch_rng(seed, ctx.open_index)
+        counts = np.full(k, float(SMOOTHING))
+        pos = 0
+        async with aclosing(src):
+            async for chunk in src:
+                classes: list[int] = []
+                failure: BaseException | None = None
+                for x in chunk:
+                    try:
+                        c = class_fn(x)
+                        if isinstance(c, bool) or not isinstance(c, int | np.integer):
+                            raise PipelineError(
+                                f"{ctx.name}: class_fn must return an int, got {c!r}"
+                            )
+                        if not 0 <= c < k:
+                            raise PipelineError(
+                                f"{ctx.name}: class {c} is outside target_dist's {k} classes"
+                            )
+                    except Exception as e:
+                        failure = annotate(e, ctx.name, pos + len(classes))
+                        break
+                    classes.append(int(c))
+                if classes:
+                    cls = np.asarray(classes, dtype=np.intp)
+                    if known is not None:
+                        accept = known[cls]
+                    else:
+                        # the estimate before each item, the item itself counted
+                        seen = np.zeros((len(cls), k))
+                        seen[np.arange(len(cls)), cls] = 1.0
+                        est = counts + np.cumsum(seen, axis=0)
+                        counts = est[-1].copy()
+                        with np.errstate(divide="ignore", invalid="ignore"):
+                            ratio = np.where(target > 0, target / est, 0.0)
+                        accept = ratio[np.arange(len(cls)), cls] / ratio.max(axis=1)
+                    keep = rng.random(len(cls)) < accept
+                    out = [x for x, kp in zip(chunk, keep.tolist(), strict=False) if kp]
+                    pos += len(classes)
+                    if out:
+                        yield out
+                if failure is not None:
+                    raise failure from None
+
+    return lambda ctx, inputs: resample(inputs[0](), ctx)

@@ -1,0 +1,103 @@
+"""read_npy on files written by numpy."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _io_helpers import assert_fds_back_to, open_fds
+
+import aioflow as af
+
+ARRAYS = {
+    "float32": np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    "int64_big_endian": np.arange(10, dtype=">i8"),
+    "bool": np.array([True, False, True]),
+    "complex": np.array([1 + 2j, -3j], dtype=np.complex64),
+    "scalar": np.array(3.5),
+    "empty": np.zeros((0, 3), dtype=np.uint16),
+    "fortran": np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4)),
+    "structured": np.array([(1, 2.5), (3, 4.5)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    "unicode": np.array(["ab", "çé"]),
+    "large": np.random.default_rng(0).standard_normal((700, 1000)),  # 5.6 MB: many blocks
+}
+
+
+@pytest.mark.parametrize("name", list(ARRAYS))
+def test_read_npy_round_trips_dtype_shape_order_and_values(tmp_path, name):
+    want = ARRAYS[name]
+    path = tmp_path / f"{name}.npy"
+    np.save(path, want)
+    (got,) = af.read_npy(path).to_list()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want)
+    assert got.flags.f_contiguous == want.flags.f_contiguous
+    got[...] = got  # writable, as np.load's arrays are
+
+
+def test_read_npy_reads_format_versions_2_and_3(tmp_path):
+    want = np.arange(6, dtype=np.float64).reshape(2, 3)
+    for version in [(2, 0), (3, 0)]:
+        path = tmp_path / f"v{version[0]}.npy"
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, want, version=version)
+        assert np.array_equal(af.read_npy(path).to_list()[0], want)
+
+
+def save_bytes(arr: np.ndarray) -> bytes:
+    b = io.BytesIO()
+    np.save(b, arr)
+    return b.getvalue()
+
+
+def test_truncated_npy_raises_bad_input_naming_file_and_offset(tmp_path):
+    data = save_bytes(np.arange(1000, dtype=np.float32))
+    path = tmp_path / "cut.npy"
+    path.write_bytes(data[:-100])
+    before = open_fds()
+    with pytest.raises(af.BadInput) as info:
+        af.read_npy(path).to_list()
+    err = info.value
+    assert err.path == str(path) and err.offset == len(data) - 100
+    assert str(path) in str(err) and f"offset {len(data) - 100}" in str(err)
+    path.write_bytes(data[:30])  # inside the header
+    with pytest.raises(af.BadInput, match=r"truncated \.npy header"):
+        af.read_npy(path).to_list()
+    assert_fds_back_to(before, tmp_path)
+
+
+def test_not_an_npy_file_and_object_arrays_are_bad_input(tmp_path):
+    path = tmp_path / "x.npy"
+    path.write_bytes(b"PK\x03\x04 definitely a zip")
+    with pytest.raises(af.BadInput, match="bad magic"):
+        af.read_npy(path).to_list()
+    np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(af.BadInput, match="object arrays"):
+        af.read_npy(path).to_list()
+
+
+def test_skip_drops_the_bad_file_and_every_good_one_arrives(tmp_path):
+    for i in range(6):
+        data = save_bytes(np.full(4, i, dtype=np.int8))
+        (tmp_path / f"{i}.npy").write_bytes(data[:-1] if i in (2, 4) else data)
+    files = af.list_files(str(tmp_path / "*.npy"))
+    p = files.flat_map(lambda f: af.read_npy(f, on_error="skip"))
+    with p.iter() as it:
+        got = [int(a[0]) for a in it]
+        skipped = sum(s.errors_skipped for s in it.stats())
+    assert got == [0, 1, 3, 5]
+    assert skipped == 2
+    with pytest.raises(af.BadInput):
+        files.flat_map(af.read_npy).to_list()
+
+
+def test_read_npy_has_one_item_and_rereads_each_epoch(tmp_path):
+    path = Path(tmp_path / "a.npy")
+    np.save(path, np.ones(3))
+    p = af.read_npy(path)
+    assert len(p) == 1
+    assert p.cardinality() == 1
+    np.save(path, np.zeros(3))
+    assert p.to_list()[0].tolist() == [0, 0, 0]
