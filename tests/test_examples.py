@@ -115,6 +115,9 @@ def test_quickstart_notebook_runs_in_a_real_kernel(tmp_path, monkeypatch):
     assert text(async_cell).strip() == str([i * i for i in range(20)])
     collect_cell = code[next(i for i, s in enumerate(sources) if ".collect()" in s)]
     assert text(collect_cell).strip() == "[0, 1, 4, 9, 16]"
-    html_cell = code[sources.index("stats")]
+    bench_cell = code[next(i for i, s in enumerate(sources) if "af.bench(" in s)]
+    assert "batches/s, first after" in text(bench_cell)
+    assert any(o.get("name") == "stderr" and "32/32" in o["text"] for o in bench_cell.outputs)
+    html_cell = code[sources.index("result.stats")]
     html = html_cell.outputs[0]["data"]["text/html"]
     assert html.startswith("<table>") and "bottleneck" in html and "batch(64)" in html
