@@ -148,20 +148,8 @@ def from_torch_dataset(
             key=key,
         )
     )
-    return src._then(
-        "map(__getitem__)",
-        build_map(
-            getitem,
-            concurrency=concurrency,
-            executor=executor,
-            ordered=True,
-            on_error="raise",
-            timeout=None,
-        ),
-        task=True,
-        holds=max(concurrency, 1) + CHUNK_MAX,
-        key=(type(ds).__name__, concurrency, executor if isinstance(executor, str) else None),
-    )
+    # Pipeline.map, so that ds[i] runs as any map with these knobs does
+    return src.map(getitem, concurrency=concurrency, executor=executor)
 
 
 # -- batches as tensors -------------------------------------------------------------------
