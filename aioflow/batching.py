@@ -51,7 +51,10 @@ def default_collate(items: Sequence[Any]) -> Any:
     if isinstance(first, np.ndarray):
         return np.stack(items)
     if isinstance(first, _SCALARS):
-        return np.asarray(items)
+        arr = np.asarray(items)
+        if arr.dtype.kind == "f" and isinstance(first, int) and not isinstance(first, bool):
+            return np.array(items, dtype=object)  # ints beyond int64: never round to float
+        return arr
     if isinstance(first, Mapping):
         return {k: default_collate([d[k] for d in items]) for k in first}
     if isinstance(first, tuple):
@@ -305,7 +308,10 @@ def pad_collate(items: Sequence[Any], padding_value: Any = 0) -> Any:
     if isinstance(first, np.ndarray | list):
         return _pad_stack([np.asarray(x) for x in items], padding_value)
     if isinstance(first, _SCALARS):
-        return np.asarray(items)
+        arr = np.asarray(items)
+        if arr.dtype.kind == "f" and isinstance(first, int) and not isinstance(first, bool):
+            return np.array(items, dtype=object)  # ints beyond int64: never round to float
+        return arr
     return list(items)
 
 
