@@ -48,6 +48,10 @@ from .io import (
 # observing (issue 6)
 from ._bench import BenchResult, bench
 
+# integrations (issue 8)
+# isort: split
+from .integrations.torch import from_torch_dataset
+
 __version__ = "0.1.0.dev0"
 
 __all__ = [
@@ -75,6 +79,7 @@ __all__ = [
     "default_collate",
     "from_dataflow",
     "from_iterable",
+    "from_torch_dataset",
     "list_files",
     "range",
     "read_bytes",

@@ -7,6 +7,7 @@ field, anything else (strings, bytes, objects) is kept as a list.
 
 from __future__ import annotations
 
+import importlib
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from ._runtime import ChunkIter, Ctx, Opener, aclosing
 from .errors import PipelineError, annotate
 
 __all__ = [
+    "COLLATES",
     "build_batch",
     "build_bucket_by_length",
     "build_padded_batch",
@@ -49,7 +51,10 @@ def default_collate(items: Sequence[Any]) -> Any:
     if isinstance(first, np.ndarray):
         return np.stack(items)
     if isinstance(first, _SCALARS):
-        return np.asarray(items)
+        arr = np.asarray(items)
+        if arr.dtype.kind == "f" and isinstance(first, int) and not isinstance(first, bool):
+            return np.array(items, dtype=object)  # ints beyond int64: never round to float
+        return arr
     if isinstance(first, Mapping):
         return {k: default_collate([d[k] for d in items]) for k in first}
     if isinstance(first, tuple):
@@ -66,14 +71,38 @@ def _keep_list(items: Sequence[Any]) -> Any:
     return items if isinstance(items, list) else list(items)
 
 
+#: ``batch(collate=NAME)``: NAME -> "module:factory"; the factory imports its library
+#: (so a missing one fails when the pipeline is described) and returns the collate.
+COLLATES: dict[str, str] = {
+    "torch": "aioflow.integrations.torch:make_collate",
+    "jax": "aioflow.integrations.jax:make_collate",
+}
+
+
+def _named_collate(name: str) -> Callable[[Sequence[Any]], Any]:
+    target = COLLATES.get(name)
+    if target is None:
+        raise PipelineError(f"unknown collate name {name!r} (known: {', '.join(COLLATES)})")
+    module, _, factory = target.partition(":")
+    try:
+        made: Callable[[Sequence[Any]], Any] = getattr(importlib.import_module(module), factory)()
+    except ImportError as e:
+        raise PipelineError(
+            f"collate={name!r} needs {e.name or name}, which is not installed"
+            f" (pip install 'aioflow[{name}]')"
+        ) from e
+    return made
+
+
 def resolve_collate(collate: Any) -> Callable[[Sequence[Any]], Any]:
-    """``None`` -> default collate; ``list`` -> plain lists; a callable -> itself."""
+    """``None`` -> default collate; ``list`` -> plain lists; a name (``COLLATES``) -> its
+    collate (``"torch"``: tensors, ``"jax"``: device arrays); a callable -> itself."""
     if collate is None:
         return default_collate
     if collate is list:
         return _keep_list
     if isinstance(collate, str):
-        raise PipelineError(f"unknown collate name {collate!r}")
+        return _named_collate(collate)
     if callable(collate):
         return collate
     raise PipelineError(f"collate must be None, list, a name or a callable, got {collate!r}")
@@ -279,7 +308,10 @@ def pad_collate(items: Sequence[Any], padding_value: Any = 0) -> Any:
     if isinstance(first, np.ndarray | list):
         return _pad_stack([np.asarray(x) for x in items], padding_value)
     if isinstance(first, _SCALARS):
-        return np.asarray(items)
+        arr = np.asarray(items)
+        if arr.dtype.kind == "f" and isinstance(first, int) and not isinstance(first, bool):
+            return np.array(items, dtype=object)  # ints beyond int64: never round to float
+        return arr
     return list(items)
 
 

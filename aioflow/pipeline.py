@@ -711,6 +711,27 @@ class Pipeline(Generic[T]):
             "cache" if where is None else "cache(file)", build_cache(path), key=(where,)
         )
 
+    # -- integrations (issue 8) --------------------------------------------------------
+    def pin_memory(self) -> Pipeline[T]:
+        """Copy every tensor of every item into page-locked memory, when CUDA exists.
+
+        Pinned batches go to the GPU faster and asynchronously
+        (``.to("cuda", non_blocking=True)``), as with ``DataLoader(pin_memory=True)``.
+        Tensors in dicts, tuples and lists are pinned too; other values pass unchanged.
+        The copies are made in a thread of the run, off the event loop. Without CUDA it
+        returns the pipeline unchanged and logs a notice once per process. Memory: one
+        item being pinned.
+
+        Example:
+            >>> import aioflow as af
+            >>> p = af.range(4).batch(2, collate="torch").pin_memory()
+            >>> [b.tolist() for b in p]
+            [[0, 1], [2, 3]]
+        """
+        from .integrations.torch import pin_memory
+
+        return pin_memory(self)
+
     # -- running ------------------------------------------------------------------------
     def iter(
         self, state: dict[str, Any] | None = None, timeout: float | None = None

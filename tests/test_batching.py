@@ -126,3 +126,10 @@ def test_window_cardinality_matches_its_output():
         for size, shift, drop in [(3, 2, False), (3, 2, True), (2, 4, False), (4, 1, True)]:
             p = af.range(n).window(size, shift=shift, drop_remainder=drop)
             assert len(p) == len(p.to_list()), (n, size, shift, drop)
+
+
+def test_batch_of_ints_beyond_int64_keeps_them_exact():
+    items = [-1, 2**63 + 1]
+    (b,) = af.from_iterable(items).batch(2).to_list()
+    assert [int(x) for x in b] == items
+    assert af.from_iterable(items).batch(2).unbatch().map(int).to_list() == items
