@@ -337,7 +337,8 @@ async def concurrent_map(
         def done(f: asyncio.Future[Any]) -> None:
             inflight.discard(f)
             running.release()
-            meter.t_calls += perf_counter() - t0  # the stage's busy time (see aioflow.stats)
+            if not batched:  # the stage's busy time (aioflow.stats); a pool adds its own
+                meter.t_calls += perf_counter() - t0
 
         try:
             fut = asyncio.ensure_future(calls.start(arg, pos))

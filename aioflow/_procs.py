@@ -44,6 +44,7 @@ from typing import Any
 import cloudpickle
 
 from . import _worker
+from ._meters import StageMeter
 from ._runtime import CHUNK_MAX, Ctx, Run
 from .errors import PipelineError, StageError, StageTimeout, WorkerDied
 
@@ -68,6 +69,7 @@ def run_process_pool(
         # a second batch queued per worker hides the round trip between batches; it
         # would wait behind a slow call, so unordered maps and timed calls go without
         pool = pools[key] = ProcessPool(workers, ctx.name, timeout, queued=ordered)
+        pool.meter = ctx.meter
         ctx.run.resources.append(pool.aclose)
     return pool
 
@@ -168,6 +170,7 @@ class ProcessPool:
         self.broken: tuple[int | None, int | None, int | None] | None = None
         self.closed = False
         self.item_seconds: float | None = None
+        self.meter: StageMeter | None = None  # gets the workers' call time (busy time)
         self._ids = itertools.count()
         self._mp = _context()
         for _ in range(workers):
@@ -302,6 +305,8 @@ class ProcessPool:
         if task.timer is not None:
             task.timer.cancel()
         buffers = _worker.open_shm(shm, sizes) if shm else None
+        if self.meter is not None:  # time computing, not time queued behind a batch
+            self.meter.t_calls += seconds
         per_item = seconds / task.n
         s = self.item_seconds
         self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item
