@@ -3,7 +3,9 @@
 ``map`` and ``filter`` (and any operator that calls a user function per item) share this
 module: ``ErrorPolicy`` implements ``on_error``, ``inline_map`` the fast path of a sync
 function on the loop, ``concurrent_map`` the path with up to ``concurrency`` calls in
-flight (async functions as tasks, sync ones in an executor), ordered or not.
+flight, ordered or not. What differs between async functions (tasks on the loop), sync
+ones in a thread pool or the caller's ``Executor``, and batches of items in the run's
+process pool (``_procs``) is only how a call starts: one ``_Calls`` kind each.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from operator import length_hint
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
-from .errors import PipelineError, StageTimeout, annotate
+from ._worker import Failure
+from .errors import PipelineError, StageTimeout, WorkerDied, annotate
+
+if TYPE_CHECKING:
+    from ._procs import ProcessPool
 
 __all__ = [
     "DROP",
@@ -86,8 +92,8 @@ class ErrorPolicy:
 
     def skip(self, exc: BaseException, ctx: Ctx, pos: int | None) -> bool:
         """True if the failure is to be skipped; else the caller raises ``exc``."""
-        if self.mode == "raise" or not isinstance(exc, Exception):
-            return False
+        if self.mode == "raise" or not isinstance(exc, Exception) or isinstance(exc, WorkerDied):
+            return False  # a dead worker broke the pool: nothing after it can run
         self.failures += 1
         if self.mode == "count" and self.failures > self.limit:
             annotate(exc, ctx.name, pos)
@@ -144,7 +150,11 @@ async def inline_map(
 def resolve_executor(
     executor: str | Executor | None, concurrency: int, ctx: Ctx
 ) -> Executor | None:
-    """The executor a stage's run uses; pools made here belong to the run and close with it."""
+    """The executor of a thread map; pools made here belong to the run and close with it.
+
+    ``"process"`` is not an ``Executor`` here: ``concurrent_map`` sends batches of items
+    to the run's ``ProcessPool`` (``_procs``) instead.
+    """
     if executor is None:
         return None
     if isinstance(executor, Executor):
@@ -153,10 +163,6 @@ def resolve_executor(
         pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aioflow-map")
         ctx.run.resources.append(lambda: _shutdown_in_thread(pool))
         return pool
-    if executor == "process":
-        from ._procs import run_process_pool
-
-        return run_process_pool(concurrency, ctx)
     raise PipelineError(
         f'executor must be None, "thread", "process" or a concurrent.futures.Executor,'
         f" got {executor!r}"
@@ -168,36 +174,99 @@ async def _shutdown_in_thread(pool: Executor) -> None:
     await in_thread(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
 
 
-def _starter(
-    fn: Callable[[Any], Any], executor: Executor | None, timeout: float | None, ctx: Ctx
-) -> Callable[[Any, int], Awaitable[Any]]:
-    """How one call starts: returns an awaitable of ``fn(x)``."""
-    loop = asyncio.get_running_loop()
-    if executor is not None:
-        submit = getattr(executor, "aioflow_submit", None)
+# -- how calls start: the one thing that differs between async, thread, process, Executor
+class _Calls:
+    """Starts a stage's calls: ``start(arg, pos)`` returns an awaitable of the result.
 
-        def start(x: Any, pos: int) -> Awaitable[Any]:
-            if submit is not None:
-                return submit(fn, x)
-            return loop.run_in_executor(executor, fn, x)
+    ``slots`` is how many calls may be in flight. A ``batched`` kind takes a list of
+    ``size()`` items per call and returns a list with one result or ``Failure`` each.
+    """
 
-    else:
+    batched = False
+    slots = 1
 
-        def start(x: Any, pos: int) -> Awaitable[Any]:
-            r = fn(x)
-            if inspect.isawaitable(r):
-                return r
-            f = loop.create_future()
-            f.set_result(r)
-            return f
+    def size(self) -> int:
+        return 1
 
-    if timeout is None:
-        return start
+    def start(self, arg: Any, pos: int) -> Awaitable[Any]:
+        raise NotImplementedError
 
-    def start_with_timeout(x: Any, pos: int) -> Awaitable[Any]:
-        return _timed(start, x, pos, timeout, ctx)
 
-    return start_with_timeout
+class _LoopCalls(_Calls):
+    """An async function as a task per call (a sync one is called inline)."""
+
+    def __init__(self, fn: Callable[[Any], Any], slots: int) -> None:
+        self.fn = fn
+        self.slots = slots
+        self.loop = asyncio.get_running_loop()
+
+    def start(self, arg: Any, pos: int) -> Awaitable[Any]:
+        r = self.fn(arg)
+        if inspect.isawaitable(r):
+            return r
+        f = self.loop.create_future()
+        f.set_result(r)
+        return f
+
+
+class _ExecutorCalls(_Calls):
+    """A sync function submitted to a ``concurrent.futures.Executor``, a call per item."""
+
+    def __init__(self, fn: Callable[[Any], Any], executor: Executor, slots: int) -> None:
+        self.fn = fn
+        self.executor = executor
+        self.slots = slots
+
+    def start(self, arg: Any, pos: int) -> Awaitable[Any]:
+        return asyncio.wrap_future(self.executor.submit(self.fn, arg))
+
+
+class _PoolCalls(_Calls):
+    """Batches of items sent to the run's process pool (``_procs.ProcessPool``)."""
+
+    batched = True
+
+    def __init__(self, fn: Callable[[Any], Any], pool: ProcessPool) -> None:
+        self.pool = pool
+        self.fn_id = pool.register(fn)
+        self.slots = pool.slots
+
+    def size(self) -> int:
+        return self.pool.batch_size()
+
+    def start(self, arg: Any, pos: int) -> Awaitable[Any]:
+        return self.pool.submit(self.fn_id, arg, pos)
+
+
+class _TimedCalls(_Calls):
+    """Another kind of calls, each bounded by ``timeout`` (``StageTimeout``)."""
+
+    def __init__(self, inner: _Calls, timeout: float, ctx: Ctx) -> None:
+        self.inner = inner
+        self.slots = inner.slots
+        self.timeout = timeout
+        self.ctx = ctx
+
+    def start(self, arg: Any, pos: int) -> Awaitable[Any]:
+        return _timed(self.inner.start, arg, pos, self.timeout, self.ctx)
+
+
+def _calls(
+    fn: Callable[[Any], Any],
+    executor: str | Executor | None,
+    concurrency: int,
+    timeout: float | None,
+    ordered: bool,
+    ctx: Ctx,
+) -> _Calls:
+    if executor == "process":
+        from ._procs import run_process_pool
+
+        # the pool enforces the timeout itself: it kills the worker of a hung call
+        return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered))
+    ex = resolve_executor(executor, concurrency, ctx)
+    calls = _LoopCalls(fn, concurrency) if ex is None else _ExecutorCalls(fn, ex, concurrency)
+    return calls if timeout is None else _TimedCalls(calls, timeout, ctx)
 
 
 async def _timed(
@@ -232,58 +301,76 @@ async def concurrent_map(
     *,
     concurrency: int,
     ordered: bool,
-    executor: Executor | None = None,
+    executor: str | Executor | None = None,
     timeout: float | None = None,
     post: Callable[[Any, Any], Any] | None = None,
 ) -> ChunkIter:
     """Up to ``concurrency`` calls of ``fn`` in flight; results in input or completion order.
 
-    A feeder task reads the input and starts calls (async functions as tasks on the loop,
-    sync ones in ``executor``, or inline when there is none); this generator yields the
-    results, a chunk of all those ready at once. ``post(x, y)`` maps a result to the
-    output item, or to ``DROP``. On close every call still in flight is cancelled and
-    awaited (a thread call that already runs is waited for by the pool's shutdown).
+    One machinery for every kind of call (``_Calls``): async functions as tasks on the
+    loop, sync ones in an executor (``"thread"`` or the caller's), or batches of items in
+    the run's process pool. A feeder task reads the input and starts calls while a slot
+    is free; this generator yields the results, a chunk of all those ready at once.
+    ``post(x, y)`` maps a result to the output item, or to ``DROP``. On close every call
+    still in flight is cancelled and awaited (a thread call that already runs is waited
+    for by the pool's shutdown; a process batch by killing its worker at run end).
     """
     loop = asyncio.get_running_loop()
-    start = _starter(fn, executor, timeout, ctx)
-    sem = asyncio.Semaphore(concurrency)
-    # (pos, x, future) in input order (ordered) or completion order (unordered)
+    calls = _calls(fn, executor, concurrency, timeout, ordered, ctx)
+    batched = calls.batched
+    # ``running`` bounds the calls in flight and frees a slot as soon as a call ends;
+    # ``window`` bounds the calls started but not yet delivered (results waiting for an
+    # earlier, slower call in an ordered map), which is what bounds the memory
+    running = asyncio.Semaphore(calls.slots)
+    window = asyncio.Semaphore(calls.slots + min(calls.slots, CHUNK_MAX))
+    # (pos, arg, future) in input order (ordered) or completion order (unordered)
     results: asyncio.Queue[Any] = asyncio.Queue()
     inflight: set[asyncio.Future[Any]] = set()
-    started = 0
+    launched = 0
     meter = ctx.meter
     meter.concurrency = concurrency
 
-    def launch(x: Any, pos: int) -> asyncio.Future[Any]:
+    def launch(arg: Any, pos: int) -> None:
         fut: asyncio.Future[Any]
         t0 = perf_counter()
 
         def done(f: asyncio.Future[Any]) -> None:
             inflight.discard(f)
-            meter.t_calls += perf_counter() - t0  # the stage's busy time (see aioflow.stats)
+            running.release()
+            if not batched:  # the stage's busy time (aioflow.stats); a pool adds its own
+                meter.t_calls += perf_counter() - t0
 
         try:
-            fut = asyncio.ensure_future(start(x, pos))
+            fut = asyncio.ensure_future(calls.start(arg, pos))
         except Exception as e:  # the call failed before it could start
             fut = loop.create_future()
             fut.set_exception(e)
         inflight.add(fut)
         fut.add_done_callback(done)
         if ordered:
-            results.put_nowait((pos, x, fut))
+            results.put_nowait((pos, arg, fut))
         else:
-            fut.add_done_callback(lambda f: results.put_nowait((pos, x, f)))
-        return fut
+            fut.add_done_callback(lambda f: results.put_nowait((pos, arg, f)))
 
     async def feed() -> None:
-        nonlocal started
+        nonlocal launched
+        pos = 0
         try:
             async with aclosing(src):
                 async for chunk in src:
-                    for x in chunk:
-                        await sem.acquire()
-                        launch(x, started)
-                        started += 1
+                    i, n = 0, len(chunk)
+                    while i < n:
+                        await window.acquire()
+                        await running.acquire()
+                        if batched:
+                            k = calls.size()
+                            launch(chunk[i : i + k], pos + i)
+                            i += k
+                        else:
+                            launch(chunk[i], pos + i)
+                            i += 1
+                        launched += 1
+                    pos += n
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -297,7 +384,7 @@ async def concurrent_map(
     try:
         out: list[Any] = []
         while True:
-            if not ordered and done_feeding and received == started:
+            if not ordered and done_feeding and received == launched:
                 break
             if results.empty() and out:
                 yield out
@@ -317,14 +404,14 @@ async def concurrent_map(
                 upstream_error = entry.exc  # raised once every started call is delivered
                 done_feeding = True
                 continue
-            pos, x, fut = entry
+            pos, arg, fut = entry
             if not fut.done() and out:
                 yield out
                 out = []
             try:
                 y = await fut
             except Exception as e:
-                sem.release()
+                window.release()
                 received += 1
                 if policy.skip(e, ctx, pos):
                     continue
@@ -332,13 +419,23 @@ async def concurrent_map(
                     yield out
                     out = []
                 raise annotate(e, ctx.name, pos) from None
-            sem.release()
+            window.release()
             received += 1
-            if post is not None:
-                y = post(x, y)
-                if y is DROP:
-                    continue
-            out.append(y)
+            if not batched:
+                y, arg = [y], [arg]
+            for j, yj in enumerate(y):
+                if type(yj) is Failure:
+                    assert yj.exc is not None
+                    if policy.skip(yj.exc, ctx, pos + j):
+                        continue
+                    if out:
+                        yield out
+                    raise annotate(yj.exc, ctx.name, pos + j) from None
+                if post is not None:
+                    yj = post(arg[j], yj)
+                    if yj is DROP:
+                        continue
+                out.append(yj)
             if len(out) >= CHUNK_MAX:
                 yield out
                 out = []

@@ -1,13 +1,24 @@
-"""Combining pipelines: zip, concat, sample_from, choose_from (fan-in operators)."""
+"""Combining pipelines: zip, concat, sample_from, choose_from, and interleave (fan-in).
+
+``interleave`` follows tf.data's cycle order exactly: ``cycle_length`` sub-pipelines are
+open at once, ``block_length`` items are taken from each in turn, and one that ends is
+replaced by the sub-pipeline of the next input element when the cycle comes back to its
+slot. With ``concurrency``, every open sub-pipeline runs in a task of its own behind a
+bounded channel (``ctx.open_task``) and is read ahead from the moment it is opened.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
-from collections.abc import Sequence
-from typing import Any
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Sequence
+from time import perf_counter
+from typing import Any, cast
 
 import numpy as np
 
+from ._calls import AUTOTUNE, check_concurrency
 from ._runtime import (
     CHUNK_MAX,
     INFINITE_CARD,
@@ -17,12 +28,13 @@ from ._runtime import (
     Node,
     Opener,
     aclosing,
+    items_of,
 )
-from .errors import PipelineError
+from .errors import PipelineError, annotate
 from .pipeline import Pipeline
 from .sampling import check_seed, epoch_rng, probabilities
 
-__all__ = ["choose_from", "concat", "sample_from", "zip"]
+__all__ = ["build_interleave", "choose_from", "concat", "sample_from", "zip"]
 
 
 def _pipelines(name: str, ps: Sequence[Any]) -> tuple[Pipeline[Any], ...]:
@@ -99,6 +111,219 @@ def concat(*pipelines: Pipeline[Any]) -> Pipeline[Any]:
         return sum(cs)
 
     return Pipeline(Node("concat", lambda ctx, inputs: _concat(inputs), inputs=ps, card=card))
+
+
+# -- interleave -----------------------------------------------------------------------
+#: Items gathered for output are released before a read that may wait, once this old.
+_FLUSH_SECONDS = 0.0005
+
+
+async def _next_chunk(gen: ChunkIter) -> list[Any] | None:
+    return await anext(gen, None)
+
+
+class _Sub:
+    """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead."""
+
+    __slots__ = ("buf", "gen", "i", "next")
+
+    def __init__(self, gen: ChunkIter) -> None:
+        self.gen = gen
+        self.buf: list[Any] = []
+        self.i = 0
+        self.next: asyncio.Task[list[Any] | None] | None = None
+
+    def ahead(self) -> asyncio.Task[list[Any] | None]:
+        """Start reading the next chunk now (for a task-opened one: starts its task)."""
+        if self.next is None:
+            self.next = asyncio.ensure_future(_next_chunk(self.gen))
+        return self.next
+
+    async def fill(self) -> bool:
+        """Take the next chunk as the one at hand; False at the end."""
+        t = self.next
+        if t is None:
+            chunk = await _next_chunk(self.gen)
+        else:
+            chunk = await t
+            self.next = None  # only now: if cancelled while waiting, aclose awaits t
+        if chunk is None:
+            return False
+        self.buf, self.i = chunk, 0
+        return True
+
+    async def aclose(self) -> None:
+        t, self.next = self.next, None
+        if t is not None:
+            t.cancel()
+            await asyncio.wait([t])
+            if not t.cancelled():
+                t.exception()
+        await self.gen.aclose()
+
+
+class _Opener:
+    """Opens the sub-pipeline of each input element, in input order."""
+
+    def __init__(self, src: ChunkIter, fn: Callable[[Any], Any], ctx: Ctx, task: bool) -> None:
+        self.items = cast(AsyncGenerator[Any, None], items_of(src))
+        self.fn = fn
+        self.ctx = ctx
+        self.task = task
+        self.pos = 0
+        self.ended = False
+
+    async def next(self) -> _Sub | None:
+        if self.ended:
+            return None
+        x = await anext(self.items, _END)
+        if x is _END:
+            self.ended = True
+            return None
+        try:
+            sub = self.fn(x)
+        except Exception as e:
+            raise annotate(e, self.ctx.name, self.pos) from None
+        self.pos += 1
+        if self.task and isinstance(sub, Pipeline):
+            return _Sub(self.ctx.open_task(sub))
+        from .sources import iterable_chunks
+
+        return _Sub(iterable_chunks(sub, self.ctx))
+
+    async def aclose(self) -> None:
+        await self.items.aclose()
+
+
+_END: Any = object()
+
+
+async def _cycle(inputs: _Opener, cycle_length: int, block_length: int, width: int) -> ChunkIter:
+    """tf.data's interleave order. With concurrency, ``width`` sub-pipelines are kept open
+    and reading: the cycle's, plus the next inputs' (they fill empty slots in order)."""
+    slots: list[_Sub | None] = [None] * cycle_length
+    early: deque[_Sub] = deque()  # opened ahead, for the next empty slots
+    n_open = 0
+    cycle = block = 0
+    out: list[Any] = []
+    t_out = 0.0
+    try:
+        while not inputs.ended or n_open or early:
+            while inputs.task and n_open + len(early) < width and not inputs.ended:
+                e = await inputs.next()
+                if e is not None:
+                    e.ahead()
+                    early.append(e)
+            s = slots[cycle]
+            if s is None:
+                if early or not inputs.ended:
+                    s = early.popleft() if early else await inputs.next()
+                    if s is not None:
+                        slots[cycle] = s
+                        n_open += 1
+                    continue
+                cycle, block = (cycle + 1) % cycle_length, 0
+                continue
+            if s.i >= len(s.buf):
+                if out and perf_counter() - t_out > _FLUSH_SECONDS:
+                    yield out
+                    out = []
+                try:
+                    more = await s.fill()
+                except Exception:
+                    if out:  # items before an error are delivered first
+                        yield out
+                    raise
+                if not more:
+                    await s.aclose()
+                    slots[cycle] = None
+                    n_open -= 1
+                    cycle, block = (cycle + 1) % cycle_length, 0
+                    continue
+            k = min(block_length - block, len(s.buf) - s.i)
+            if not out:
+                t_out = perf_counter()
+            out.extend(s.buf[s.i : s.i + k])
+            s.i += k
+            block += k
+            if block == block_length:
+                cycle, block = (cycle + 1) % cycle_length, 0
+            if len(out) >= CHUNK_MAX:
+                yield out
+                out = []
+        if out:
+            yield out
+    finally:
+        for sub in (*slots, *early):
+            if sub is not None:
+                await sub.aclose()
+        await inputs.aclose()
+
+
+async def _merge(inputs: _Opener, width: int) -> ChunkIter:
+    """Unordered: ``width`` sub-pipelines read at once; chunks as soon as any is ready."""
+    reading: dict[asyncio.Task[list[Any] | None], _Sub] = {}
+    try:
+        while True:
+            while len(reading) < width and not inputs.ended:
+                s = await inputs.next()
+                if s is not None:
+                    reading[s.ahead()] = s
+            if not reading:
+                return
+            done, _ = await asyncio.wait(reading, return_when=asyncio.FIRST_COMPLETED)
+            out: list[Any] = []
+            for t in done:
+                s = reading.pop(t)
+                s.next = None
+                if t.exception() is not None and out:
+                    yield out  # items before an error are delivered first
+                chunk = t.result()
+                if chunk is None:
+                    await s.aclose()
+                    continue
+                out.extend(chunk)
+                reading[s.ahead()] = s
+            if out:
+                yield out
+    finally:
+        for s in reading.values():
+            await s.aclose()
+        await inputs.aclose()
+
+
+def build_interleave(
+    fn: Callable[[Any], Any],
+    cycle_length: int,
+    block_length: int,
+    concurrency: int | None,
+    ordered: bool,
+) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    """The build of ``Pipeline.interleave``."""
+    if not callable(fn):
+        raise PipelineError(f"interleave needs a callable returning a Pipeline, got {fn!r}")
+    for name, v in (("cycle_length", cycle_length), ("block_length", block_length)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PipelineError(f"interleave: {name} must be an int >= 1, got {v!r}")
+    if concurrency is not None:
+        check_concurrency(concurrency)
+    width = cycle_length if concurrency in (None, AUTOTUNE) else max(cycle_length, concurrency)
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        opener = _Opener(inputs[0](), fn, ctx, task=concurrency is not None)
+        if concurrency is not None and not ordered:
+            return _merge(opener, width)
+        return _cycle(opener, cycle_length, block_length, width)
+
+    return build
+
+
+def interleave_holds(cycle_length: int, concurrency: int | None) -> int:
+    """Items an interleave may hold: a chunk at hand and a channel per open sub-pipeline."""
+    from ._runtime import CHANNEL_ITEMS
+
+    width = cycle_length if concurrency in (None, AUTOTUNE) else max(cycle_length, concurrency)
+    return width * (CHUNK_MAX + (CHANNEL_ITEMS if concurrency is not None else 0))
 
 
 def _infinite_if_all(cs: Sequence[int]) -> int:

@@ -413,6 +413,44 @@ class Pipeline(Generic[T]):
         )
 
     # -- parallel: interleave (issue 3) ---------------------------------------------------
+    def interleave(
+        self,
+        fn: Callable[[T], Pipeline[U]],
+        *,
+        cycle_length: int,
+        block_length: int = 1,
+        concurrency: int | None = None,
+        ordered: bool = True,
+    ) -> Pipeline[U]:
+        """The items of the sub-pipelines ``fn(x)``, interleaved as tf.data does.
+
+        ``cycle_length`` sub-pipelines are open at once; ``block_length`` items are taken
+        from each in turn, and one that ends is replaced by the next input's sub-pipeline
+        (tf.data's exact order). With ``concurrency``, each open sub-pipeline runs in a
+        task of its own and is read ahead into a bounded buffer (``concurrency`` of them
+        at once, at least ``cycle_length``: the extra ones are the next inputs, opened
+        early); ``ordered=False`` then yields whatever sub-pipeline is ready first.
+        Memory: a chunk at hand per open sub-pipeline, plus its buffer with
+        ``concurrency``. On cancellation every open sub-pipeline is closed.
+
+        Example:
+            >>> import aioflow as af
+            >>> p = af.range(1, 4).interleave(
+            ...     lambda x: af.from_iterable([x] * 3), cycle_length=2, block_length=2)
+            >>> p.to_list()
+            [1, 1, 2, 2, 1, 2, 3, 3, 3]
+        """
+        from . import combine as _c
+
+        build = _c.build_interleave(fn, cycle_length, block_length, concurrency, ordered)
+        return self._then(
+            f"interleave({fn_name(fn)})",
+            build,
+            card=lambda _: UNKNOWN_CARD,
+            task=concurrency is not None,
+            holds=_c.interleave_holds(cycle_length, concurrency),
+            key=(fn, cycle_length, block_length, concurrency, ordered),
+        )
 
     # -- ordering, grouping, sampling (issue 4) ------------------------------------------
     def shuffle(

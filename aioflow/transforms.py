@@ -20,7 +20,6 @@ from ._calls import (
     concurrent_map,
     inline_map,
     is_async_callable,
-    resolve_executor,
 )
 from ._runtime import (
     CHANNEL_ITEMS,
@@ -69,6 +68,11 @@ def build_map(
     if not callable(fn):
         raise PipelineError(f"map/filter needs a callable, got {type(fn).__name__}")
     check_concurrency(concurrency)
+    if executor == "process" and is_async_callable(fn):
+        raise PipelineError(
+            "an async function cannot run in a worker process (executor='process');"
+            " leave executor=None to run it as tasks on the loop"
+        )
     ErrorPolicy(on_error)  # check now, at description time
     if timeout is not None and not timeout > 0:
         raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -87,7 +91,7 @@ def build_map(
             policy,
             concurrency=n,
             ordered=ordered,
-            executor=resolve_executor(executor, n, ctx),
+            executor=executor,
             timeout=timeout,
             post=(lambda x, y: x if y else DROP) if keep else None,
         )
