@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from ._calls import AUTOTUNE
+from ._autotune import AUTOTUNE
 from ._iterators import AsyncPipelineIterator, PipelineIterator
 from .batching import default_collate
 from .combine import concat, zip

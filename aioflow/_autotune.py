@@ -14,7 +14,18 @@ import os
 from collections import deque
 from time import perf_counter
 
-__all__ = ["AUTOTUNE", "HillClimber", "Limiter", "cpu_budget", "memory_cap"]
+__all__ = [
+    "AUTOTUNE",
+    "PREFETCH_MAX_ITEMS",
+    "HillClimber",
+    "Limiter",
+    "cpu_budget",
+    "memory_cap",
+    "resolve_concurrency",
+]
+
+#: The most items ``prefetch(AUTOTUNE)`` lets its buffer grow to.
+PREFETCH_MAX_ITEMS = 4096
 
 #: ``concurrency=AUTOTUNE`` / ``prefetch(AUTOTUNE)``: chosen by the runtime while it runs.
 AUTOTUNE = -1
@@ -31,6 +42,22 @@ def cpu_budget() -> int:
 def memory_cap() -> int:
     """The most calls an autotuned async stage may keep in flight (items held at once)."""
     return int(os.environ.get("AIOFLOW_AUTOTUNE_MAX", "256"))
+
+
+def resolve_concurrency(concurrency: int, executor: object) -> int:
+    """The number of slots a stage gets: ``concurrency`` itself, or AUTOTUNE's cap.
+
+    AUTOTUNE caps a process pool at the CPU budget (the cores this process may use), a
+    run-owned thread pool at 8 threads a core (threads mostly wait on IO), and async calls
+    or a caller's executor at ``memory_cap()`` calls in flight.
+    """
+    if concurrency != AUTOTUNE:
+        return concurrency
+    if executor == "process":
+        return cpu_budget()
+    if executor == "thread":
+        return min(memory_cap(), 8 * cpu_budget())
+    return memory_cap()
 
 
 class Limiter:

@@ -20,6 +20,7 @@ from operator import length_hint
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from ._autotune import AUTOTUNE, HillClimber, Limiter
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
 from ._worker import Failure
 from .errors import PipelineError, StageTimeout, WorkerDied, annotate
@@ -42,9 +43,6 @@ log = logging.getLogger("aioflow")
 
 #: Returned by a ``post`` function to drop an item (how ``filter`` reuses ``map``).
 DROP: Any = object()
-
-#: ``concurrency=AUTOTUNE``: chosen by the runtime while it runs.
-AUTOTUNE = -1
 
 
 def fn_name(fn: Any) -> str:
@@ -230,6 +228,7 @@ class _PoolCalls(_Calls):
         self.pool = pool
         self.fn_id = pool.register(fn)
         self.slots = pool.slots
+        self.workers = pool.slots // pool.depth
 
     def size(self) -> int:
         return self.pool.batch_size()
@@ -304,8 +303,14 @@ async def concurrent_map(
     executor: str | Executor | None = None,
     timeout: float | None = None,
     post: Callable[[Any, Any], Any] | None = None,
+    autotune: bool = False,
 ) -> ChunkIter:
     """Up to ``concurrency`` calls of ``fn`` in flight; results in input or completion order.
+
+    With ``autotune`` the number of calls in flight starts low and a ``HillClimber``
+    moves it towards the highest completion rate, up to ``concurrency`` (its cap); the
+    limit in use is the stage's ``concurrency`` in the stats. A process pool keeps its
+    size (one worker per core).
 
     One machinery for every kind of call (``_Calls``): async functions as tasks on the
     loop, sync ones in an executor (``"thread"`` or the caller's), or batches of items in
@@ -321,14 +326,16 @@ async def concurrent_map(
     # ``running`` bounds the calls in flight and frees a slot as soon as a call ends;
     # ``window`` bounds the calls started but not yet delivered (results waiting for an
     # earlier, slower call in an ordered map), which is what bounds the memory
-    running = asyncio.Semaphore(calls.slots)
+    running = Limiter(calls.slots)
+    climber = HillClimber(running, calls.slots) if autotune and not batched else None
     window = asyncio.Semaphore(calls.slots + min(calls.slots, CHUNK_MAX))
     # (pos, arg, future) in input order (ordered) or completion order (unordered)
     results: asyncio.Queue[Any] = asyncio.Queue()
     inflight: set[asyncio.Future[Any]] = set()
     launched = 0
     meter = ctx.meter
-    meter.concurrency = concurrency
+    # the stats' concurrency: calls in flight, or a process pool's workers
+    meter.concurrency = calls.workers if isinstance(calls, _PoolCalls) else running.limit
 
     def launch(arg: Any, pos: int) -> None:
         fut: asyncio.Future[Any]
@@ -337,6 +344,9 @@ async def concurrent_map(
         def done(f: asyncio.Future[Any]) -> None:
             inflight.discard(f)
             running.release()
+            if climber is not None:
+                climber.done()
+                meter.concurrency = running.limit
             if not batched:  # the stage's busy time (aioflow.stats); a pool adds its own
                 meter.t_calls += perf_counter() - t0
 

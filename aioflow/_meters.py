@@ -47,6 +47,12 @@ class QueueMeter:
         self.peak_fill = 0.0
         self.closed = False
 
+    def resize(self, max_chunks: int, max_items: int) -> None:
+        """The channel's bound changed (``prefetch(AUTOTUNE)`` grew it)."""
+        self.inv_chunks = 1.0 / max_chunks
+        self.inv_items = 1.0 / max_items
+        self.meter.q_capacity = max_items
+
     def note(self, chunks: int, items: int, _pc: Any = perf_counter) -> None:
         """The channel now holds ``chunks`` chunks of ``items`` items in all."""
         now = _pc()

@@ -118,6 +118,7 @@ class Node:
     mult: int = 1  # how many input items one output item may hold (batch(n): n)
     chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
     items: int = CHANNEL_ITEMS  # ... and in items
+    grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
     opens: itertools.count = field(default_factory=itertools.count, compare=False)
 
@@ -140,6 +141,7 @@ class Channel:
         "_q",
         "max_chunks",
         "max_items",
+        "put_waits",
         "qm",
     )
 
@@ -152,6 +154,7 @@ class Channel:
         self._exc: BaseException | None = None
         self.max_chunks = max(1, max_chunks)
         self.max_items = max(1, max_items)
+        self.put_waits = 0  # how often a put found the channel full
         self.qm: QueueMeter | None = None
 
     def attach(self, meter: StageMeter) -> None:
@@ -176,7 +179,19 @@ class Channel:
         self._q.clear()
         self._n = 0
 
+    def grow(self, limit: int) -> None:
+        """Double the bound, up to ``limit`` items (``prefetch(AUTOTUNE)``)."""
+        self.max_items = min(limit, 2 * self.max_items)
+        self.max_chunks = min(limit, 2 * self.max_chunks)
+        if self.qm is not None:
+            self.qm.resize(self.max_chunks, self.max_items)
+        p = self._putter
+        if p is not None and not p.done():
+            p.set_result(None)
+
     async def put(self, chunk: Chunk) -> None:
+        if self.full_for(chunk):
+            self.put_waits += 1
         while self.full_for(chunk):
             fut = self._putter = asyncio.get_running_loop().create_future()
             try:
@@ -343,7 +358,11 @@ class Run:
         if node.task or boundary:
             meter.task = True
             return self._reader(
-                gen, meter, chunks if chunks is not None else node.chunks, node.items
+                gen,
+                meter,
+                chunks if chunks is not None else node.chunks,
+                node.items,
+                node.grow_to,
             )
         return _metered(gen, meter) if METER else gen
 
@@ -378,7 +397,7 @@ class Run:
         return lambda: self.open(q, parent=parent)
 
     async def _reader(
-        self, gen: ChunkIter, meter: StageMeter, max_chunks: int, max_items: int
+        self, gen: ChunkIter, meter: StageMeter, max_chunks: int, max_items: int, grow_to: int = 0
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
         meter.channel = chan
@@ -386,11 +405,17 @@ class Run:
             chan.attach(meter)
         task = self.start(_pump(gen, chan, meter, METER), meter.name)
         pc = perf_counter
+        seen_waits = 0
         try:
             while True:
                 if chan._q:
                     chunk = await chan.get()
                 else:
+                    if grow_to and chan.put_waits > seen_waits and chan.max_items < grow_to:
+                        # the reader starves although the producer had to wait for room
+                        # before: the two run in bursts, and a larger buffer evens them out
+                        seen_waits = chan.put_waits
+                        chan.grow(grow_to)
                     t0 = pc()
                     chunk = await chan.get()
                     meter.t_read_wait += pc() - t0

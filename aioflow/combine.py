@@ -18,7 +18,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from ._calls import AUTOTUNE, check_concurrency
+from ._autotune import AUTOTUNE
+from ._calls import check_concurrency
 from ._runtime import (
     CHUNK_MAX,
     INFINITE_CARD,

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from . import batching as _b
 from . import transforms as _t
+from ._autotune import AUTOTUNE, resolve_concurrency
 from ._calls import fn_name
 from ._iterators import AsyncPipelineIterator, PipelineIterator
 from ._runtime import CHANNEL_ITEMS, CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, Node
@@ -136,7 +137,7 @@ class Pipeline(Generic[T]):
             f"map({fn_name(fn)})",
             build,
             task=own,
-            holds=max(concurrency, 1) + CHUNK_MAX,
+            holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
             key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
         )
 
@@ -174,7 +175,7 @@ class Pipeline(Generic[T]):
             build,
             task=own,
             card=lambda cs: UNKNOWN_CARD if cs[0] != INFINITE_CARD else INFINITE_CARD,
-            holds=max(concurrency, 1) + CHUNK_MAX,
+            holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
             key=(pred, concurrency, ordered),
         )
 
@@ -277,10 +278,13 @@ class Pipeline(Generic[T]):
         )
 
     def prefetch(self, n: int) -> Pipeline[T]:
-        """A background task keeps up to ``n`` items ready (``af.AUTOTUNE``: a default).
+        """A background task keeps up to ``n`` items ready.
 
         The stages before it run ahead of the consumer in a task of their own.
         Memory: at most ``n`` items wait in its buffer. ``prefetch(0)`` does nothing.
+        With ``af.AUTOTUNE`` the buffer starts at one chunk and doubles whenever the
+        consumer finds it empty after the producer had found it full (the two run in
+        bursts), up to 4,096 items; the size in use is the queue capacity in the stats.
 
         Example:
             >>> import aioflow as af
@@ -290,13 +294,15 @@ class Pipeline(Generic[T]):
         size = _t.prefetch_size(n)
         if size == 0:
             return self
+        auto = n == AUTOTUNE
         return self._then(
-            f"prefetch({size})",
-            _t.build_prefetch(size),
+            "prefetch(AUTOTUNE)" if auto else f"prefetch({size})",
+            _t.build_prefetch(CHUNK_MAX if auto else size),
             task=True,
-            chunks=size,
-            items=size,
-            key=(size,),
+            chunks=1 if auto else size,
+            items=CHUNK_MAX if auto else size,
+            grow_to=size if auto else 0,
+            key=(n,),
         )
 
     def pipe(self, stage: Callable[[AsyncIterator[T]], AsyncIterator[U]]) -> Pipeline[U]:
@@ -837,7 +843,9 @@ class Pipeline(Generic[T]):
                 return seen[id(node)]
             m_in = sum(walk(q) for q in node.inputs) if node.inputs else 1
             m_out = m_in * node.mult
-            objects = CHUNK_MAX + (min(node.items, node.chunks * CHUNK_MAX) if node.task else 0)
+            items = max(node.items, node.grow_to)  # prefetch(AUTOTUNE) may grow to grow_to
+            chunks = max(node.chunks, node.grow_to)
+            objects = CHUNK_MAX + (min(items, chunks * CHUNK_MAX) if node.task else 0)
             total += node.holds * m_in + objects * m_out
             seen[id(node)] = m_out
             return m_out

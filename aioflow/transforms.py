@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+from ._autotune import AUTOTUNE, PREFETCH_MAX_ITEMS, resolve_concurrency
 from ._calls import (
-    AUTOTUNE,
     DROP,
     ErrorPolicy,
     check_concurrency,
@@ -22,7 +22,6 @@ from ._calls import (
     is_async_callable,
 )
 from ._runtime import (
-    CHANNEL_ITEMS,
     CHUNK_MAX,
     INFINITE_CARD,
     UNKNOWN_CARD,
@@ -50,8 +49,6 @@ __all__ = [
     "shard_from_env",
     "skip_chunks",
 ]
-
-DEFAULT_AUTOTUNE_CONCURRENCY = max(2, os.cpu_count() or 2)
 
 
 def build_map(
@@ -83,17 +80,17 @@ def build_map(
         policy = ErrorPolicy(on_error)
         if inline:
             return inline_map(src, fn, ctx, policy, keep=keep)
-        n = DEFAULT_AUTOTUNE_CONCURRENCY if concurrency == AUTOTUNE else concurrency
         return concurrent_map(
             src,
             fn,
             ctx,
             policy,
-            concurrency=n,
+            concurrency=resolve_concurrency(concurrency, executor),
             ordered=ordered,
             executor=executor,
             timeout=timeout,
             post=(lambda x, y: x if y else DROP) if keep else None,
+            autotune=concurrency == AUTOTUNE,
         )
 
     return build
@@ -245,7 +242,7 @@ def build_prefetch(n: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
 
 def prefetch_size(n: int) -> int:
     if n == AUTOTUNE:
-        return CHANNEL_ITEMS
+        return PREFETCH_MAX_ITEMS
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise PipelineError(f"prefetch needs a buffer size >= 0 or af.AUTOTUNE, got {n!r}")
     return n

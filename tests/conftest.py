@@ -134,10 +134,12 @@ async def assert_no_pending_tasks(deadline: float = 2.0) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _warm_up_event_loops() -> None:
-    """uvloop (libuv) opens a process-wide pipe on first use: open it before any baseline."""
+    """Process-wide things opened on first use belong before any baseline: uvloop's
+    (libuv's) pipe, and multiprocessing's fork server with its pipe."""
     import aioflow as af
 
     assert af.range(1).to_list() == [0]
+    assert af.range(2).map(abs, executor="process").to_list() == [0, 1]
     if uvloop is not None:
         loop = uvloop.new_event_loop()
         loop.run_until_complete(asyncio.sleep(0))
