@@ -24,6 +24,8 @@ __all__ = [
     "resolve_concurrency",
 ]
 
+#: The most threads an autotuned ``executor="thread"`` stage may use.
+THREAD_CAP = 64
 #: The most items ``prefetch(AUTOTUNE)`` lets its buffer grow to.
 PREFETCH_MAX_ITEMS = 4096
 
@@ -48,15 +50,16 @@ def resolve_concurrency(concurrency: int, executor: object) -> int:
     """The number of slots a stage gets: ``concurrency`` itself, or AUTOTUNE's cap.
 
     AUTOTUNE caps a process pool at the CPU budget (the cores this process may use), a
-    run-owned thread pool at 8 threads a core (threads mostly wait on IO), and async calls
-    or a caller's executor at ``memory_cap()`` calls in flight.
+    run-owned thread pool at 64 threads (threads that help mostly wait on IO; CPU-bound
+    Python in threads stops gaining at one or two, and the climber stops there), and
+    async calls or a caller's executor at ``memory_cap()`` calls in flight.
     """
     if concurrency != AUTOTUNE:
         return concurrency
     if executor == "process":
         return cpu_budget()
     if executor == "thread":
-        return min(memory_cap(), 8 * cpu_budget())
+        return min(memory_cap(), THREAD_CAP)
     return memory_cap()
 
 
@@ -102,7 +105,9 @@ class HillClimber:
     """Moves a ``Limiter``'s limit towards the highest completion rate, up to ``cap``.
 
     Call ``done()`` once per completed call. A window closes after ``min_calls`` calls
-    and ``min_seconds``; its rate decides the next move.
+    (at least twice the limit, so about two call durations) and ``min_seconds``; the first
+    window after a change of the limit is a warm-up and is not judged (calls started at
+    the old limit still finish in it). The next window's rate decides the next move.
     """
 
     def __init__(
@@ -111,8 +116,8 @@ class HillClimber:
         cap: int,
         *,
         start: int = 2,
-        min_calls: int = 16,
-        min_seconds: float = 0.05,
+        min_calls: int = 8,
+        min_seconds: float = 0.005,
         gain: float = 1.1,
         probe_every: int = 20,
     ) -> None:
@@ -128,6 +133,7 @@ class HillClimber:
         self.windows_since_probe = 0
         self._calls = 0
         self._t0 = perf_counter()
+        self._warm = False  # the current window is the warm-up after a change
         self.history: list[tuple[int, float]] = []  # (limit, rate) per window
         limiter.set_limit(self.best_limit)
 
@@ -137,15 +143,24 @@ class HillClimber:
 
     def done(self) -> None:
         self._calls += 1
-        if self._calls < self.min_calls:
+        limit = self.limiter.limit
+        if self._calls < max(self.min_calls, 2 * limit):
             return
         now = perf_counter()
         dt = now - self._t0
         if dt < self.min_seconds:
             return
-        self._step(self._calls / dt)
         self._calls = 0
         self._t0 = now
+        if self._warm:
+            self._warm = False
+            return
+        self._step(self._calls_rate(dt, limit))
+        if self.limiter.limit != limit:
+            self._warm = True
+
+    def _calls_rate(self, dt: float, limit: int) -> float:
+        return max(self.min_calls, 2 * limit) / dt
 
     def _step(self, rate: float) -> None:
         cap, limit = self.cap, self.limiter.limit
