@@ -17,8 +17,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import aioflow as af  # noqa: E402
-from bench.cpu_parallel import calibrate, cpu_work  # noqa: E402
+import aioflow as af
+from bench.cpu_parallel import calibrate, cpu_work
 
 
 async def io_async(x: int) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import aioflow as af  # noqa: E402
+import aioflow as af
 
 
 def make(i: int) -> dict[str, Any]:

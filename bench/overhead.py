@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import aioflow as af  # noqa: E402
-from aioflow import _runtime  # noqa: E402
+import aioflow as af
+from aioflow import _runtime
 
 
 def plain(n: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import aioflow as af  # noqa: E402
+import aioflow as af
 
 
 def make_text(path: str, size: int) -> None:

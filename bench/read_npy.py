@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import aioflow as af  # noqa: E402
+import aioflow as af
 
 
 def make_files(d: str, n: int) -> str:
