@@ -124,22 +124,7 @@ class Pipeline(Generic[T]):
             >>> af.range(5).map(slow_double, concurrency=5).to_list()
             [0, 2, 4, 6, 8]
         """
-        build = _t.build_map(
-            fn,
-            concurrency=concurrency,
-            executor=executor,
-            ordered=ordered,
-            on_error=on_error,
-            timeout=timeout,
-        )
-        own = concurrency != 1 or executor is not None or timeout is not None
-        return self._then(
-            f"map({fn_name(fn)})",
-            build,
-            task=own,
-            holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
-            key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
-        )
+        return self._call_stage("map", fn, False, concurrency, executor, ordered, on_error, timeout)
 
     def filter(
         self,
@@ -160,23 +145,47 @@ class Pipeline(Generic[T]):
             >>> af.range(6).filter(lambda x: x % 3 == 0).to_list()
             [0, 3]
         """
-        build = _t.build_map(
+        return self._call_stage(
+            "filter",
             pred,
+            True,
+            concurrency,
+            executor,
+            ordered,
+            on_error,
+            timeout,
+            card=lambda cs: UNKNOWN_CARD if cs[0] != INFINITE_CARD else INFINITE_CARD,
+        )
+
+    def _call_stage(
+        self,
+        what: str,
+        fn: Callable[[Any], Any],
+        keep: bool,
+        concurrency: int,
+        executor: str | Executor | None,
+        ordered: bool,
+        on_error: OnError,
+        timeout: float | None,
+        **kw: Any,
+    ) -> Pipeline[Any]:
+        """The node of ``map`` (``keep=False``) or ``filter`` (``keep=True``)."""
+        build = _t.build_map(
+            fn,
             concurrency=concurrency,
             executor=executor,
             ordered=ordered,
             on_error=on_error,
             timeout=timeout,
-            keep=True,
+            keep=keep,
         )
-        own = concurrency != 1 or executor is not None or timeout is not None
         return self._then(
-            f"filter({fn_name(pred)})",
+            f"{what}({fn_name(fn)})",
             build,
-            task=own,
-            card=lambda cs: UNKNOWN_CARD if cs[0] != INFINITE_CARD else INFINITE_CARD,
+            task=concurrency != 1 or executor is not None or timeout is not None,
             holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
-            key=(pred, concurrency, ordered),
+            key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
+            **kw,
         )
 
     def flat_map(self, fn: Callable[[T], Any]) -> Pipeline[Any]:
