@@ -14,15 +14,11 @@ ordering families replace the stand-ins used here one line at a time (see the co
 from __future__ import annotations
 
 import functools
-import glob
-import itertools
 import json
 import os
-import random
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -56,18 +52,6 @@ def read_labels(root: str) -> dict[str, int]:
     """``file name -> label`` from ``labels.jsonl``."""
     with open(os.path.join(root, "labels.jsonl")) as f:
         return {r["file"]: r["label"] for r in map(json.loads, f)}
-
-
-def list_images(root: str, seed: int) -> Callable[[], Iterator[str]]:
-    """The image paths in a seeded random order, a new order each epoch (call)."""
-    epochs = itertools.count()
-
-    def listing() -> Iterator[str]:
-        paths = sorted(glob.glob(os.path.join(root, "images", "*.npy")))
-        random.Random(seed + next(epochs)).shuffle(paths)
-        return iter(paths)
-
-    return listing
 
 
 def read_sample(item: str | tuple[str, np.ndarray], labels: dict[str, int]) -> dict[str, Any]:
@@ -106,18 +90,21 @@ def read_sample(item: str | tuple[str, np.ndarray], labels: dict[str, int]) -> d
 def build_pipeline(
     root: str, *, batch_size: int = 64, workers: int = 2, seed: int = 0
 ) -> af.Pipeline[Any]:
-    """list files -> read and decode in processes -> shuffle -> batch -> prefetch."""
+    """list files -> interleave reads -> decode in processes -> shuffle -> batch -> prefetch."""
     decode = functools.partial(read_sample, labels=read_labels(root))
     return (
-        # -> af.list_files(os.path.join(root, "images", "*.npy"), shuffle=True, seed=seed)
-        af.from_iterable(list_images(root, seed))
-        # + .interleave(lambda f: af.read_npy(f).map(lambda a: (f, a)), cycle_length=8,
-        #               concurrency=8)  (async reads; then the processes only decode)
+        af.list_files(os.path.join(root, "images", "*.npy"), shuffle=True, seed=seed)
+        .interleave(_read_pair, cycle_length=8, concurrency=8)
         .map(decode, executor="process", concurrency=workers)
-        # + .shuffle(4 * batch_size, seed=seed)  (for now: the file order is shuffled)
+        .shuffle(4 * batch_size, seed=seed)
         .batch(batch_size)
         .prefetch(4)
     )
+
+
+def _read_pair(path: str) -> af.Pipeline[tuple[str, np.ndarray]]:
+    """One image file read asynchronously, as a ``(path, array)`` pair for the decoder."""
+    return af.read_npy(path).map(lambda a: (path, a))
 
 
 def small_pipeline() -> af.Pipeline[Any]:

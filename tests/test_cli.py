@@ -118,7 +118,14 @@ def test_demo_prints_the_stats_table_and_images_per_second_and_plots(tmp_path):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "wrote 300 images" in out
-    for stage in ("from_iterable", "map(read_sample)", "batch(64)", "prefetch(4)"):
+    for stage in (
+        "list_files",
+        "interleave(_read_pair)",
+        "map(read_sample)",
+        "shuffle(256)",
+        "batch(64)",
+        "prefetch(4)",
+    ):
         assert stage in out
     assert "bottleneck: " in out
     assert "300 images in 5 batches" in out and "images/s" in out
