@@ -1,0 +1,73 @@
+"""Functions the worker-process scenarios run in workers.
+
+They live in this small module, not in the test modules: a function of a package module
+(``faults.test_workers``) is pickled by reference, so each worker imports its module,
+and this one imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import numpy as np
+
+
+class Boom(Exception):
+    """A user exception with a constructor of its own (it must survive the pickle trip)."""
+
+    def __init__(self, where: str, x: int) -> None:
+        super().__init__(where, x)
+
+
+def fail_at_20(x: int) -> int:
+    if x == 20:
+        raise Boom("process", x)
+    return x
+
+
+def fail_from_5(x: int) -> int:
+    if x >= 5:
+        raise Boom("process", x)
+    return x
+
+
+def slow_pid(x: int) -> tuple[int, int]:
+    """(x, the worker's pid), slowly enough that batches are one item."""
+    time.sleep(0.02)
+    return x, os.getpid()
+
+
+def segfault_at_3(x: int) -> int:
+    time.sleep(0.02)
+    if x == 3:
+        ctypes.string_at(0)  # a real SIGSEGV: reads address 0
+    return x
+
+
+def hang_at_1(x: int) -> tuple[int, int]:
+    if x == 1:
+        time.sleep(3600)
+    return x, os.getpid()
+
+
+def hang_after_0(x: int) -> tuple[int, int]:
+    if x > 0:
+        time.sleep(3600)
+    return x, os.getpid()
+
+
+def big_array(x: int) -> np.ndarray:
+    """1 MiB (travels through shared memory), carrying x and the worker's pid."""
+    time.sleep(0.01)
+    a = np.full((128, 1024), x, dtype=np.int64)
+    a[0, 1] = os.getpid()
+    return a
+
+
+def kill_self_at_3(x: int) -> int:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
