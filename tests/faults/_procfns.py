@@ -28,7 +28,15 @@ def fail_at_20(x: int) -> int:
     return x
 
 
-def fail_from_5(x: int) -> int:
+def fail_at_7(x: int) -> int:
+    if x == 7:
+        raise Boom("process", x)
+    return x
+
+
+def slow_fail_from_5(x: int) -> int:
+    """Fails from item 5 on, slowly: a faster stage upstream has failed by then."""
+    time.sleep(0.05)
     if x >= 5:
         raise Boom("process", x)
     return x
@@ -60,9 +68,9 @@ def hang_after_0(x: int) -> tuple[int, int]:
 
 
 def big_array(x: int) -> np.ndarray:
-    """1 MiB (travels through shared memory), carrying x and the worker's pid."""
-    time.sleep(0.01)
-    a = np.full((128, 1024), x, dtype=np.int64)
+    """4 MiB, carrying x and the worker's pid: results travel through shared memory, and
+    writing them there is most of a call, so a run stopped early catches workers at it."""
+    a = np.full((512, 1024), x, dtype=np.int64)
     a[0, 1] = os.getpid()
     return a
 

@@ -129,16 +129,22 @@ EXITS = {
     "sync-generator": """
         it = iter(p)
         next(it)
+        while len(os.listdir(MARKS)) < 2:  # both workers are in a call
+            time.sleep(0.01)
         """,
     "sync-iterator": """
         it = p.iter()
         next(it)
+        while len(os.listdir(MARKS)) < 2:
+            time.sleep(0.01)
         """,
     "async-iterator": """
         async def main():
             global keep
             keep = p.aiter()  # still referenced when the loop ends
             await anext(keep)
+            while len(os.listdir(MARKS)) < 2:  # (the loop drives the pool: never block it)
+                await asyncio.sleep(0.01)
 
         asyncio.run(main())
         """,
@@ -150,18 +156,14 @@ EXITS = {
 def test_the_interpreter_exiting_mid_process_map_neither_hangs_nor_prints_noise(
     tmp_path, code, seconds
 ):
-    code += """
-        while len(os.listdir(MARKS)) < 2:  # both workers are in a call
-            time.sleep(0.01)
-        print("ready", flush=True)
-        """
-    proc = _spawn(code, tmp_path, seconds)
+    proc = _spawn(textwrap.dedent(code) + 'print("ready", flush=True)\n', tmp_path, seconds)
     out, err, took = _finish(proc, 10)
     assert took < 10, err
     assert out == "ready\n"
     assert proc.returncode == 0, err
     assert err == "", err
-    assert still_alive([int(n) for n in os.listdir(tmp_path)]) == []
+    pids = [int(n) for n in os.listdir(tmp_path)]
+    assert len(pids) == 2 and still_alive(pids) == []
 
 
 # -- the parent killed ----------------------------------------------------------------
@@ -177,6 +179,12 @@ def test_the_workers_of_a_sigkilled_parent_exit_within_seconds(tmp_path, seconds
     )
     pids = _worker_pids(proc, tmp_path)
     proc.kill()  # the parent only: nothing of it runs any more, no cleanup at all
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL
-    assert still_alive(pids) == []
+    try:
+        assert proc.wait(5) == -signal.SIGKILL
+        left = still_alive(pids)
+    finally:  # (not communicate(): the workers hold the pipes while they live)
+        for pid in still_alive(pids, deadline=0):
+            os.kill(pid, signal.SIGKILL)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    assert left == []

@@ -91,7 +91,7 @@ def test_a_process_function_raising_reaches_a_sync_consumer_as_its_own_type():
     got: list[int] = []
     t0 = time.monotonic()
     with pytest.raises(Boom) as info:
-        for x in af.range(1000).map(fns.fail_at_20, **PROCESS):
+        for x in af.range(1000).map(fns.fail_at_20, **PROCESS).iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 5
     _check_boom(info.value, got)
@@ -115,7 +115,7 @@ def test_a_worker_sigkilled_mid_run_raises_worker_died_and_the_next_run_starts_f
     got, seen = [], set()
     victim, t0 = 0, 0.0
     with pytest.raises(af.WorkerDied) as info:
-        for x, pid in p:
+        for x, pid in p.iter(timeout=5):
             got.append(x)
             seen.add(pid)
             if x == 3:
@@ -153,8 +153,9 @@ async def test_a_worker_sigkilled_under_an_async_consumer_raises_worker_died():
 def test_a_worker_segfaulting_raises_worker_died_with_sigsegv():
     got: list[int] = []
     t0 = time.monotonic()
+    p = af.range(20).map(fns.segfault_at_3, executor="process", concurrency=1)
     with pytest.raises(af.WorkerDied) as info:
-        for x in af.range(20).map(fns.segfault_at_3, executor="process", concurrency=1):
+        for x in p.iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 5
     e = info.value
@@ -170,7 +171,7 @@ def test_a_worker_hanging_past_timeout_raises_stage_timeout_and_is_killed():
     got = []
     t0 = time.monotonic()
     with pytest.raises(af.StageTimeout) as info:
-        for x in p:
+        for x in p.iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 1.0 + 5
     assert [x for x, _ in got] == [0]
@@ -182,72 +183,68 @@ def test_a_worker_hanging_past_timeout_raises_stage_timeout_and_is_killed():
 
 
 def test_a_hung_worker_is_killed_at_the_timeout_not_when_the_run_ends():
-    p = af.range(4).map(
+    p = af.range(10**6).map(
         fns.hang_at_1, executor="process", concurrency=1, timeout=1.0, on_error="skip"
     )
     t0 = time.monotonic()
-    with p.iter() as it:
+    with p.iter(timeout=5) as it:
         x0, hung = next(it)
         x2, fresh = next(it)  # after the timeout, from the worker that replaced it
         assert (x0, x2) == (0, 2) and fresh != hung
         assert time.monotonic() - t0 < 1.0 + 5
         assert still_alive([hung]) == []  # while the run still goes on
-        assert [x for x, _ in it] == [3]
+        assert next(it)[0] == 3
         assert it.stats()["map(hang_at_1)"].errors_skipped == 1
     assert still_alive([fresh]) == []
 
 
 # -- leaving a process map early ------------------------------------------------------
-def _first_items(arrays: list, n: int) -> tuple[list[int], set[int]]:
-    return [int(a[0, 0]) for a in arrays[:n]], {int(a[0, 1]) for a in arrays}
-
-
 def _big() -> af.Pipeline:
     return af.range(10**6).map(fns.big_array, **PROCESS)
 
 
+def _x_pid(a: object) -> tuple[int, int]:
+    return int(a[0, 0]), int(a[0, 1])  # type: ignore[index]
+
+
 def test_break_in_a_sync_for_inside_a_process_map_joins_workers_and_frees_shm():
     shm = shm_listing()
-    seen = []
+    got = []
     t0 = time.monotonic()
     for a in _big():
-        seen.append(a)
-        if len(seen) == 10:
+        got.append(_x_pid(a))
+        if len(got) == 10:
             break
-    xs, pids = _first_items(seen, 10)
-    del seen, a
-    assert xs == list(range(10))
-    assert still_alive(pids, deadline=5) == []
+    del a
+    assert [x for x, _ in got] == list(range(10))
+    assert still_alive({pid for _, pid in got}) == []
     assert time.monotonic() - t0 < 5
     assert shm_left(shm) == []
 
 
 async def test_break_in_an_async_for_inside_a_process_map_joins_workers_and_frees_shm():
     shm = shm_listing()
-    seen = []
+    got = []
     async with asyncio.timeout(5):
         async for a in _big():
-            seen.append(a)
-            if len(seen) == 10:
+            got.append(_x_pid(a))
+            if len(got) == 10:
                 break
+        del a
         await settle()
-    xs, pids = _first_items(seen, 10)
-    del seen, a
-    assert xs == list(range(10))
-    assert still_alive(pids, deadline=5) == []
+    assert [x for x, _ in got] == list(range(10))
+    assert still_alive({pid for _, pid in got}) == []
     assert shm_left(shm) == []
 
 
 def test_a_dropped_sync_iterator_of_a_process_map_joins_workers_and_frees_shm():
     shm = shm_listing()
     it = _big().iter()
-    seen = [next(it) for _ in range(10)]
+    got = [_x_pid(next(it)) for _ in range(10)]
     t0 = time.monotonic()
     del it
     gc.collect()
-    _, pids = _first_items(seen, 10)
-    del seen
-    assert still_alive(pids, deadline=5) == []
+    assert still_alive({pid for _, pid in got}) == []
     assert time.monotonic() - t0 < 5
     assert shm_left(shm) == []
 
@@ -255,13 +252,11 @@ def test_a_dropped_sync_iterator_of_a_process_map_joins_workers_and_frees_shm():
 async def test_a_dropped_async_iterator_of_a_process_map_joins_workers_and_frees_shm():
     shm = shm_listing()
     it = _big().aiter()
-    seen = [await anext(it) for _ in range(10)]
+    got = [_x_pid(await anext(it)) for _ in range(10)]
     del it
     gc.collect()
     await settle(5)
-    _, pids = _first_items(seen, 10)
-    del seen
-    assert still_alive(pids, deadline=5) == []
+    assert still_alive({pid for _, pid in got}) == []
     assert shm_left(shm) == []
 
 
@@ -289,33 +284,36 @@ async def test_cancelling_the_consumer_of_a_process_map_stops_its_workers(fn):
 
 
 # -- two stages failing at once ---------------------------------------------------------
-def _thread_fail_from_10(x: int) -> int:
-    if x >= 10:
-        raise Boom("thread", x)
-    return x
-
-
-def _inline_fail_at_30(x: int) -> int:
-    if x == 30:
+def _inline_fail_at_7(x: int) -> int:
+    if x == 7:
         raise Boom("inline", x)
     return x
 
 
+def _slow_thread_fail_from_5(x: int) -> int:
+    time.sleep(0.05)
+    if x >= 5:
+        raise Boom("thread", x)
+    return x
+
+
+# the stage downstream fails first in stream order (item 5, a slow call), after the one
+# upstream has failed (item 7, sooner): the consumer gets the downstream error only
 TWO_FAILING = {
-    "process-then-inline": (
-        lambda: af.range(100).map(fns.fail_at_20, **PROCESS).map(_inline_fail_at_30),
-        ("process", 20),
-    ),
-    "thread-then-process": (
-        lambda: (
-            af.range(100)
-            .map(_thread_fail_from_10, executor="thread", concurrency=4)
-            .map(fns.fail_from_5, **PROCESS)
-        ),
+    "inline-then-process": (
+        lambda: af.range(100).map(_inline_fail_at_7).map(fns.slow_fail_from_5, **PROCESS),
         ("process", 5),
     ),
+    "process-then-thread": (
+        lambda: (
+            af.range(100)
+            .map(fns.fail_at_7, **PROCESS)
+            .map(_slow_thread_fail_from_5, executor="thread", concurrency=2)
+        ),
+        ("thread", 5),
+    ),
     "process-then-process": (
-        lambda: af.range(100).map(fns.fail_from_5, **PROCESS).map(fns.fail_at_20, **PROCESS),
+        lambda: af.range(100).map(fns.fail_at_7, **PROCESS).map(fns.slow_fail_from_5, **PROCESS),
         ("process", 5),
     ),
 }
@@ -326,11 +324,11 @@ def test_two_stages_failing_with_a_process_stage_surface_the_first_in_stream_ord
     got: list[int] = []
     t0 = time.monotonic()
     with pytest.raises(Boom) as info:
-        for x in make():
+        for x in make().iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 5
     assert info.value.args == args
-    assert got == list(range(args[1]))
+    assert got == [0, 1, 2, 3, 4]
     assert still_alive(workers()) == []
 
 
@@ -339,7 +337,7 @@ def test_a_worker_dying_downstream_of_a_failing_process_stage_surfaces_first():
     got: list[int] = []
     t0 = time.monotonic()
     with pytest.raises(af.WorkerDied) as info:
-        for x in p:
+        for x in p.iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 5
     assert info.value.stage == "map(kill_self_at_3)" and info.value.signal == signal.SIGKILL
