@@ -178,13 +178,17 @@ def test_the_workers_of_a_sigkilled_parent_exit_within_seconds(tmp_path, seconds
         seconds,
     )
     pids = _worker_pids(proc, tmp_path)
+    # and the multiprocessing services it started (fork server, resource tracker)
+    rest = [c.pid for c in psutil.Process(proc.pid).children(recursive=True) if c.pid not in pids]
     proc.kill()  # the parent only: nothing of it runs any more, no cleanup at all
     try:
         assert proc.wait(5) == -signal.SIGKILL
         left = still_alive(pids)
+        services_left = still_alive(rest)
     finally:  # (not communicate(): the workers hold the pipes while they live)
-        for pid in still_alive(pids, deadline=0):
+        for pid in still_alive(pids + rest, deadline=0):
             os.kill(pid, signal.SIGKILL)
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
     assert left == []
+    assert services_left == []
