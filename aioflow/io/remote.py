@@ -90,6 +90,12 @@ class _AsyncFileStream:
         return data
 
     async def aclose(self) -> None:
+        # release an HTTP response's connection synchronously first: an awaited close can
+        # be interrupted while a cancelled run is torn down, and an unreleased aiohttp
+        # connection warns when it is collected
+        r = getattr(self._f, "r", None)
+        if r is not None and callable(getattr(r, "close", None)):
+            r.close()
         await self._f.close()
 
 
@@ -134,10 +140,16 @@ async def open_url(url: str, ctx: Ctx) -> ByteStream:
     fs = await _filesystem(url, ctx)
     path = type(fs)._strip_protocol(url)
     if getattr(fs, "async_impl", False):
+        # Ask first: fsspec's HTTP open_async swallows a missing file, and its first read
+        # then raises without releasing the response (an unclosed aiohttp connection).
         try:
-            f = await fs.open_async(path, "rb")
-        except NotImplementedError:
             info = await fs._info(path)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(2, f"No such file: {url!r}", url) from e
+        kw = {"size": info.get("size")} if protocol_of(url) in ("http", "https") else {}
+        try:
+            f = await fs.open_async(path, "rb", **kw)
+        except NotImplementedError:
             return _RangeStream(fs, path, int(info["size"]))
         return _AsyncFileStream(f)
     try:
