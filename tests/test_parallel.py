@@ -409,7 +409,7 @@ def test_dask_cluster_executor_runs_a_map_and_stays_open():
     before = _snapshot()
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
