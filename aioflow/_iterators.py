@@ -240,6 +240,10 @@ class ThreadChannel:
     def full_for(self, chunk: Chunk) -> bool:
         return len(self._q) >= self.max_chunks
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def discard(self) -> None:
         with self._cond:
             self._q.clear()
@@ -320,13 +324,41 @@ class _Engine:
             self.ready.set()
             return
         try:
-            loop.run_until_complete(self._amain())
+            self._drive(loop)
         finally:
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:
                 loop.close()
+
+    def _drive(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run ``_amain`` to its end, even past a SystemExit/KeyboardInterrupt of a task.
+
+        asyncio lets those two out of ``run_until_complete`` when a user's async function
+        raises them in a task of its own; the loop stops there. The consumer gets the
+        exception, and the loop is resumed so that the run still closes everything.
+        """
+        main = loop.create_task(self._amain())
+        while True:
+            try:
+                loop.run_until_complete(main)
+                return
+            except BaseException as e:
+                self._fail(e)
+                if main.done():
+                    return
+
+    def _fail(self, exc: BaseException) -> None:
+        chan = self.chan
+        if chan is None:
+            self.error = exc
+            self.ready.set()
+            return
+        if not chan.closed:
+            chan.close(exc)
+        if self.stop is not None:
+            self.stop.set()
 
     async def _amain(self) -> None:
         loop = asyncio.get_running_loop()

@@ -30,6 +30,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ._meters import QueueMeter, StageMeter
+from .errors import control_flow_error
 from .stats import RunStats
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ __all__ = [
     "Opener",
     "Run",
     "aclosing",
+    "cancelling",
     "items_of",
 ]
 
@@ -260,6 +262,16 @@ async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
         async for chunk in src:
             for x in chunk:
                 yield x
+
+
+def cancelling() -> bool:
+    """Whether the current task is being cancelled (by the run, or its consumer's owner).
+
+    A ``CancelledError`` while this is false was raised by a user's function (it awaited
+    something that someone else cancelled): an error of its stage, not the run's end.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 async def in_thread(fn: Callable[[], Any]) -> None:
@@ -543,9 +555,11 @@ async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> 
                 meter.t_wait_out += pc() - t0
             else:
                 await chan.put(chunk)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
+    except asyncio.CancelledError as e:
+        if cancelling():
+            raise
+        chan.close(control_flow_error(e, meter.name))
+    except BaseException as e:  # also SystemExit/KeyboardInterrupt from a user function
         chan.close(e)
     else:
         chan.close()
