@@ -15,14 +15,15 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from itertools import compress, islice
 from operator import length_hint, truth
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ._autotune import AUTOTUNE, HillClimber, Limiter
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, cancelling, in_thread
+from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, cancelling
+from ._threads import DaemonPool
 from ._worker import Failure
 from .errors import PipelineError, StageTimeout, WorkerDied, annotate, control_flow_error
 
@@ -178,9 +179,12 @@ def _apply(
 
 
 def resolve_executor(
-    executor: str | Executor | None, concurrency: int, ctx: Ctx
+    executor: str | Executor | None, concurrency: int, ctx: Ctx, timeout: float | None = None
 ) -> Executor | None:
     """The executor of a thread map; pools made here belong to the run and close with it.
+
+    Closing the run does not wait for a call past ``timeout``: its thread is abandoned
+    (``_threads.DaemonPool``), and so is one still running ``CLOSE_GRACE`` s after close.
 
     ``"process"`` is not an ``Executor`` here: ``concurrent_map`` sends batches of items
     to the run's ``ProcessPool`` (``_procs``) instead.
@@ -190,18 +194,13 @@ def resolve_executor(
     if isinstance(executor, Executor):
         return executor  # the caller's: never shut down by us
     if executor == "thread":
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aioflow-map")
-        ctx.run.resources.append(lambda: _shutdown_in_thread(pool))
+        pool = DaemonPool(concurrency, "aioflow-map", timeout, f"stage {ctx.name!r}")
+        ctx.run.resources.append(pool.aclose)
         return pool
     raise PipelineError(
         f'executor must be None, "thread", "process" or a concurrent.futures.Executor,'
         f" got {executor!r}"
     )
-
-
-async def _shutdown_in_thread(pool: Executor) -> None:
-    # shutdown(wait=True) blocks: do it off the loop so other runs keep going
-    await in_thread(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
 
 
 # -- how calls start: the one thing that differs between async, thread, process, Executor
@@ -306,7 +305,7 @@ def _calls(
 
         # the pool enforces the timeout itself: it kills the worker of a hung call
         return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered))
-    ex = resolve_executor(executor, concurrency, ctx)
+    ex = resolve_executor(executor, concurrency, ctx, timeout)
     if ex is None:
         calls: _Calls = _LoopCalls(fn, concurrency)
     else:
@@ -364,7 +363,8 @@ async def concurrent_map(
     is free; this generator yields the results, a chunk of all those ready at once.
     ``post(x, y)`` maps a result to the output item, or to ``DROP``. On close every call
     still in flight is cancelled and awaited (a thread call that already runs is waited
-    for by the pool's shutdown; a process batch by killing its worker at run end).
+    for by the pool's close, up to its timeout or ``CLOSE_GRACE``; a process batch by
+    killing its worker at run end).
     """
     loop = asyncio.get_running_loop()
     calls = _calls(fn, executor, concurrency, timeout, ordered, ctx)

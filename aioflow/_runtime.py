@@ -171,6 +171,10 @@ class Channel:
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def full_for(self, chunk: Chunk) -> bool:
         return bool(self._q) and (
             len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
@@ -344,6 +348,8 @@ class Run:
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
         self.closed = False
+        # set from the consumer's thread when it closes: a blocking source reads no more
+        self.stopping = False
         self.started = perf_counter()
         self.ended: float | None = None  # when it closed: the stats of a finished run stay put
 
@@ -469,12 +475,16 @@ class Run:
         """
         if self.closed:
             return
-        self.ended = self.ended or perf_counter()
-        for t in list(self.tasks):
-            t.cancel()
+        self.cancel()
         closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
         _closing.add(closer)
         closer.add_done_callback(_closing.discard)
+
+    def cancel(self) -> None:
+        """Cancel every task of the run now (on its loop); ``aclose`` then awaits them."""
+        self.ended = self.ended or perf_counter()
+        for t in list(self.tasks):
+            t.cancel()
 
     async def aclose(self) -> None:
         """Cancel every task of the run, wait for all of them, then release resources."""

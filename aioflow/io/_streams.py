@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -69,11 +70,12 @@ class LocalStream:
 
     @classmethod
     async def open(cls, path: str) -> LocalStream:
-        fut = asyncio.get_running_loop().run_in_executor(None, _open_rb, path)
+        opening = _Opening(path)
+        fut = asyncio.get_running_loop().run_in_executor(None, opening.open)
         try:
             raw = await asyncio.shield(fut)
         except asyncio.CancelledError:
-            fut.add_done_callback(_close_opened)  # it may still open: close it then
+            opening.abandon()  # it may still open (a FIFO without a writer): close it then
             raise
         return cls(raw)
 
@@ -85,13 +87,33 @@ class LocalStream:
         self._raw.close()
 
 
-def _open_rb(path: str) -> Any:
-    return open(path, "rb")  # LocalStream closes it
+class _Opening:
+    """A file being opened in a thread; whoever comes second closes it if abandoned.
 
+    Not a callback on the loop's future: the open may end after the loop has closed.
+    """
 
-def _close_opened(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        fut.result().close()
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.raw: Any = None
+
+    def open(self) -> Any:
+        raw = open(self.path, "rb")  # noqa: SIM115 - LocalStream closes it
+        with self.lock:
+            if not self.abandoned:
+                self.raw = raw
+                return raw
+        raw.close()
+        return None
+
+    def abandon(self) -> None:
+        with self.lock:
+            self.abandoned = True
+            raw, self.raw = self.raw, None
+        if raw is not None:
+            raw.close()
 
 
 def is_url(path: str) -> bool:
