@@ -61,6 +61,9 @@ CHUNK_MAX = 256
 CHANNEL_CHUNKS = 2
 CHANNEL_ITEMS = 2 * CHUNK_MAX
 
+#: Longest chain of fused stages in one task; a longer one goes on in another task.
+FUSE_MAX = 64
+
 aclosing = contextlib.aclosing
 
 #: Whether runs keep per-stage stats (``AIOFLOW_STATS=0`` turns the meters off; read when a
@@ -347,6 +350,7 @@ class Run:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
+        self._fused = 0  # stages being built inside one another right now (see FUSE_MAX)
         self.closed = False
         # set from the consumer's thread when it closes: a blocking source reads no more
         self.stopping = False
@@ -372,7 +376,13 @@ class Run:
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller."""
         node = pipeline._node
-        gen, meter = self._build(node, parent)
+        if self._fused >= FUSE_MAX and not (node.task or boundary):
+            return self._split(pipeline, parent)
+        self._fused += 1  # opening is recursive: this many stages are being built inside
+        try:
+            gen, meter = self._build(node, parent)
+        finally:
+            self._fused -= 1
         if node.task or boundary:
             meter.task = True
             return self._reader(
@@ -383,6 +393,23 @@ class Run:
                 node.grow_to,
             )
         return _metered(gen, meter) if METER else gen
+
+    def _split(self, pipeline: Pipeline[Any], parent: StageMeter | None) -> ChunkIter:
+        """The rest of a long chain of fused stages, in a task of its own (a fresh stack).
+
+        Fused stages nest: building them, and each chunk's way through them, is as deep
+        as the chain is long. Past ``FUSE_MAX`` the chain goes on in a task that builds
+        it when first read; this hop is not a stage, and the stats do not show it.
+        """
+
+        async def rest() -> ChunkIter:
+            gen = self.open(pipeline, parent=parent)
+            async with aclosing(gen):
+                async for chunk in gen:
+                    yield chunk
+
+        hop = StageMeter(f"{pipeline._node.name} (split)", None)
+        return self._reader(rest(), hop, CHANNEL_CHUNKS, CHANNEL_ITEMS)
 
     def _build(self, node: Node, parent: StageMeter | None) -> tuple[ChunkIter, StageMeter]:
         """The node's own (unmetered) generator and its meter."""
