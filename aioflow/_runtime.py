@@ -30,6 +30,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ._meters import QueueMeter, StageMeter
+from ._threads import DaemonPool
 from .errors import control_flow_error
 from .stats import RunStats
 
@@ -351,6 +352,7 @@ class Run:
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
         self._fused = 0  # stages being built inside one another right now (see FUSE_MAX)
+        self._pool: DaemonPool | None = None
         self.closed = False
         # set from the consumer's thread when it closes: a blocking source reads no more
         self.stopping = False
@@ -537,6 +539,18 @@ class Run:
             res = closer()
             if asyncio.iscoroutine(res):
                 await res
+
+    def thread_pool(self) -> DaemonPool:
+        """The run's pool for blocking file calls, closed with it (made on first use).
+
+        Not the loop's default executor: that one is joined when the caller's loop ends,
+        and a read that never returns (a FIFO without a writer) would block the exit.
+        """
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = DaemonPool(None, "aioflow-io", what="the run's file reads")
+            self.resources.append(pool.aclose)
+        return pool
 
     def stats(self) -> RunStats:
         """A snapshot of the stats (callable from another thread while the run goes)."""

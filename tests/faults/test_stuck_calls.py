@@ -133,3 +133,36 @@ def test_closing_a_slow_blocking_source_waits_for_the_item_in_progress_only():
         took = time.monotonic() - t0
     # before: 6-7 item-times (the source read one more item per step that closing took)
     assert took < 2.5 * item_time
+
+
+async def test_an_async_reader_of_a_fifo_without_a_writer_closes_promptly(fifo):
+    async with af.read_lines(fifo).aiter(timeout=0.5) as it:
+        with pytest.raises(af.NextTimeout):
+            await anext(it)
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < _PROMPT
+    await settle()
+
+
+def test_an_asyncio_program_whose_reader_waits_on_a_fifo_can_exit(fifo):
+    proc = _spawn(
+        f"""
+        import asyncio
+        import aioflow as af
+
+        async def main():
+            async with af.read_lines({fifo!r}).aiter(timeout=0.5) as it:
+                try:
+                    await anext(it)
+                except af.NextTimeout:
+                    print("timed out", flush=True)
+
+        asyncio.run(main())
+        """
+    )
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out == "timed out\n" and proc.returncode == 0, err
