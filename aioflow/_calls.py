@@ -14,16 +14,18 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
-from operator import length_hint
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Executor
+from itertools import compress, islice
+from operator import length_hint, truth
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ._autotune import AUTOTUNE, HillClimber, Limiter
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
+from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, cancelling
+from ._threads import DaemonPool
 from ._worker import Failure
-from .errors import PipelineError, StageTimeout, WorkerDied, annotate
+from .errors import PipelineError, StageTimeout, WorkerDied, annotate, control_flow_error
 
 if TYPE_CHECKING:
     from ._procs import ProcessPool
@@ -122,7 +124,7 @@ async def inline_map(
             it = iter(chunk)
             while True:
                 try:
-                    out.extend(filter(fn, it) if keep else map(fn, it))
+                    _apply(fn, chunk, it, out, keep, ctx.name, pos)
                     break
                 except Exception as e:
                     failed = pos + len(chunk) - length_hint(it) - 1
@@ -145,10 +147,44 @@ async def inline_map(
                 yield out
 
 
+def _apply(
+    fn: Callable[[Any], Any],
+    chunk: list[Any],
+    it: Iterator[Any],
+    out: list[Any],
+    keep: bool,
+    stage: str,
+    pos: int,
+) -> None:
+    """``fn`` over the rest of ``it`` (a chunk's iterator) into ``out``, at C speed.
+
+    A ``StopIteration`` from ``fn`` would end ``map()`` early as if the chunk ended: the
+    count of results tells, and it fails the item like any other exception.
+    """
+    n = len(chunk)
+    start = n - length_hint(it)
+    if keep:
+        flags: list[bool] = []
+        try:
+            flags.extend(map(truth, map(fn, it)))
+        finally:  # the items before a failing one are kept
+            out.extend(compress(islice(chunk, start, None), flags))
+        got = len(flags)
+    else:
+        before = len(out)
+        out.extend(map(fn, it))
+        got = len(out) - before
+    if start + got < n:
+        raise control_flow_error(StopIteration(), stage, pos + start + got)
+
+
 def resolve_executor(
-    executor: str | Executor | None, concurrency: int, ctx: Ctx
+    executor: str | Executor | None, concurrency: int, ctx: Ctx, timeout: float | None = None
 ) -> Executor | None:
     """The executor of a thread map; pools made here belong to the run and close with it.
+
+    Closing the run does not wait for a call past ``timeout``: its thread is abandoned
+    (``_threads.DaemonPool``), and so is one still running ``CLOSE_GRACE`` s after close.
 
     ``"process"`` is not an ``Executor`` here: ``concurrent_map`` sends batches of items
     to the run's ``ProcessPool`` (``_procs``) instead.
@@ -158,18 +194,13 @@ def resolve_executor(
     if isinstance(executor, Executor):
         return executor  # the caller's: never shut down by us
     if executor == "thread":
-        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aioflow-map")
-        ctx.run.resources.append(lambda: _shutdown_in_thread(pool))
+        pool = DaemonPool(concurrency, "aioflow-map", timeout, f"stage {ctx.name!r}")
+        ctx.run.resources.append(pool.aclose)
         return pool
     raise PipelineError(
         f'executor must be None, "thread", "process" or a concurrent.futures.Executor,'
         f" got {executor!r}"
     )
-
-
-async def _shutdown_in_thread(pool: Executor) -> None:
-    # shutdown(wait=True) blocks: do it off the loop so other runs keep going
-    await in_thread(functools.partial(pool.shutdown, wait=True, cancel_futures=True))
 
 
 # -- how calls start: the one thing that differs between async, thread, process, Executor
@@ -210,13 +241,24 @@ class _LoopCalls(_Calls):
 class _ExecutorCalls(_Calls):
     """A sync function submitted to a ``concurrent.futures.Executor``, a call per item."""
 
-    def __init__(self, fn: Callable[[Any], Any], executor: Executor, slots: int) -> None:
+    def __init__(
+        self, fn: Callable[[Any], Any], executor: Executor, slots: int, stage: str
+    ) -> None:
         self.fn = fn
         self.executor = executor
         self.slots = slots
+        self.stage = stage
 
     def start(self, arg: Any, pos: int) -> Awaitable[Any]:
-        return asyncio.wrap_future(self.executor.submit(self.fn, arg))
+        return asyncio.wrap_future(self.executor.submit(_call, self.fn, arg, self.stage, pos))
+
+
+def _call(fn: Callable[[Any], Any], arg: Any, stage: str, pos: int) -> Any:
+    """``fn(arg)`` in an executor; a ``StopIteration`` cannot be set on a future."""
+    try:
+        return fn(arg)
+    except StopIteration as e:
+        raise control_flow_error(e, stage, pos) from e
 
 
 class _PoolCalls(_Calls):
@@ -263,8 +305,11 @@ def _calls(
 
         # the pool enforces the timeout itself: it kills the worker of a hung call
         return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered))
-    ex = resolve_executor(executor, concurrency, ctx)
-    calls = _LoopCalls(fn, concurrency) if ex is None else _ExecutorCalls(fn, ex, concurrency)
+    ex = resolve_executor(executor, concurrency, ctx, timeout)
+    if ex is None:
+        calls: _Calls = _LoopCalls(fn, concurrency)
+    else:
+        calls = _ExecutorCalls(fn, ex, concurrency, ctx.name)
     return calls if timeout is None else _TimedCalls(calls, timeout, ctx)
 
 
@@ -318,7 +363,8 @@ async def concurrent_map(
     is free; this generator yields the results, a chunk of all those ready at once.
     ``post(x, y)`` maps a result to the output item, or to ``DROP``. On close every call
     still in flight is cancelled and awaited (a thread call that already runs is waited
-    for by the pool's shutdown; a process batch by killing its worker at run end).
+    for by the pool's close, up to its timeout or ``CLOSE_GRACE``; a process batch by
+    killing its worker at run end).
     """
     loop = asyncio.get_running_loop()
     calls = _calls(fn, executor, concurrency, timeout, ordered, ctx)
@@ -352,9 +398,9 @@ async def concurrent_map(
 
         try:
             fut = asyncio.ensure_future(calls.start(arg, pos))
-        except Exception as e:  # the call failed before it could start
+        except Exception as e:  # the call failed before it could start (a sync fn)
             fut = loop.create_future()
-            fut.set_exception(e)
+            fut.set_exception(control_flow_error(e, ctx.name, pos))
         inflight.add(fut)
         fut.add_done_callback(done)
         if ordered:
@@ -381,9 +427,11 @@ async def concurrent_map(
                             i += 1
                         launched += 1
                     pos += n
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
+        except asyncio.CancelledError as e:
+            if cancelling():
+                raise
+            results.put_nowait(_Failed(control_flow_error(e, ctx.name)))
+        except BaseException as e:  # also SystemExit/KeyboardInterrupt from upstream
             results.put_nowait(_Failed(e))
         results.put_nowait(_END)
 
@@ -420,15 +468,18 @@ async def concurrent_map(
                 out = []
             try:
                 y = await fut
-            except Exception as e:
+            except (Exception, asyncio.CancelledError) as e:
+                if isinstance(e, asyncio.CancelledError) and cancelling():
+                    raise  # the run's own cancellation; else the call's (a user's) error
+                err = control_flow_error(e, ctx.name, pos)
                 window.release()
                 received += 1
-                if policy.skip(e, ctx, pos):
+                if policy.skip(err, ctx, pos):
                     continue
                 if out:
                     yield out
                     out = []
-                raise annotate(e, ctx.name, pos) from None
+                raise annotate(err, ctx.name, pos) from err.__cause__
             window.release()
             received += 1
             if not batched:

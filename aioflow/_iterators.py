@@ -24,6 +24,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, Channel, Chunk, Run
+from ._threads import DaemonPool
 from .errors import NextTimeout
 from .stats import RunStats
 
@@ -127,6 +128,7 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
         self._chan: Channel | None = None
         self._done = False
         self._finalizer: weakref.finalize | None = None
+        self._lock: asyncio.Lock | None = None
 
     def __aiter__(self) -> AsyncPipelineIterator[T]:
         return self
@@ -157,6 +159,19 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
         return await self._next_chunk()
 
     async def _next_chunk(self) -> T:
+        # several tasks may read one iterator: one at a time waits for the next chunk
+        lock = self._lock
+        if lock is None:
+            lock = self._lock = asyncio.Lock()
+        async with lock:
+            i = self._i
+            if i < len(self._buf):  # another reader fetched a chunk meanwhile
+                self._i = i + 1
+                self._count += 1
+                return self._buf[i]
+            return await self._fetch()
+
+    async def _fetch(self) -> T:
         if self._done:
             raise StopAsyncIteration
         chan = self._chan if self._chan is not None else self._start()
@@ -194,6 +209,8 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
             await asyncio.shield(self._run.aclose())
         if self._chan is not None:
             self._chan.discard()
+            if not self._chan.closed:
+                self._chan.close()  # a task still waiting on it ends (its run is gone)
 
     def _current_run(self) -> Run | None:
         return self._run
@@ -239,6 +256,10 @@ class ThreadChannel:
 
     def full_for(self, chunk: Chunk) -> bool:
         return len(self._q) >= self.max_chunks
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def discard(self) -> None:
         with self._cond:
@@ -319,14 +340,45 @@ class _Engine:
             self.error = e
             self.ready.set()
             return
+        # blocking calls of the run (file reads) go to a pool that closing may abandon
+        pool = DaemonPool(None, "aioflow-io", what="the sync adapter's thread pool")
+        loop.set_default_executor(pool)
         try:
-            loop.run_until_complete(self._amain())
+            self._drive(loop)
         finally:
             try:
                 loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.run_until_complete(pool.aclose())
             finally:
                 loop.close()
+
+    def _drive(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run ``_amain`` to its end, even past a SystemExit/KeyboardInterrupt of a task.
+
+        asyncio lets those two out of ``run_until_complete`` when a user's async function
+        raises them in a task of its own; the loop stops there. The consumer gets the
+        exception, and the loop is resumed so that the run still closes everything.
+        """
+        main = loop.create_task(self._amain())
+        while True:
+            try:
+                loop.run_until_complete(main)
+                return
+            except BaseException as e:
+                self._fail(e)
+                if main.done():
+                    return
+
+    def _fail(self, exc: BaseException) -> None:
+        chan = self.chan
+        if chan is None:
+            self.error = exc
+            self.ready.set()
+            return
+        if not chan.closed:
+            chan.close(exc)
+        if self.stop is not None:
+            self.stop.set()
 
     async def _amain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -348,13 +400,29 @@ class _Engine:
             stopper.cancel()
             await asyncio.wait([stopper])
             await run.aclose()
+            if not chan.closed:
+                chan.close()  # a thread still waiting in next() ends (the run is gone)
+
+    def _stop_now(self) -> None:
+        """On the loop: cancel the run's tasks at once, then let ``_amain`` close it.
+
+        Cancelled now, a task that is ready to run (a blocking sync source) gets its
+        ``CancelledError`` at its next step instead of reading one more item per step
+        that closing takes.
+        """
+        if self.run is not None:
+            self.run.cancel()
+        if self.stop is not None:
+            self.stop.set()
 
     def shutdown(self, join: bool = True) -> None:
         """Ask the run to stop and (by default) wait for its thread to end."""
         loop, stop = self.loop, self.stop
+        if self.run is not None:
+            self.run.stopping = True
         if loop is not None and stop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(stop.set)
+                loop.call_soon_threadsafe(self._stop_now)
             except RuntimeError:  # closed meanwhile
                 pass
         if join and self.thread.is_alive() and threading.current_thread() is not self.thread:
@@ -387,6 +455,7 @@ class PipelineIterator(_Resumable, Generic[T]):
         self._chan: ThreadChannel | None = None
         self._done = False
         self._finalizer: weakref.finalize | None = None
+        self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[T]:
         return self
@@ -400,11 +469,29 @@ class PipelineIterator(_Resumable, Generic[T]):
     def __next__(self) -> T:
         buf = self._buf
         if buf:
-            self._count += 1
-            return buf.popleft()
+            try:
+                x = buf.popleft()
+            except IndexError:  # another thread took the last item meanwhile
+                pass
+            else:
+                self._count += 1
+                return x
         return self._next_chunk()
 
     def _next_chunk(self) -> T:
+        # several threads may read one iterator: one at a time starts or waits on the run
+        with self._lock:
+            buf = self._buf
+            while buf:  # another thread fetched chunks meanwhile
+                try:
+                    x = buf.popleft()
+                except IndexError:
+                    break
+                self._count += 1
+                return x
+            return self._fetch()
+
+    def _fetch(self) -> T:
         if self._done:
             raise StopIteration
         chan = self._chan

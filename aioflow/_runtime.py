@@ -30,6 +30,8 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ._meters import QueueMeter, StageMeter
+from ._threads import DaemonPool
+from .errors import control_flow_error
 from .stats import RunStats
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ __all__ = [
     "Opener",
     "Run",
     "aclosing",
+    "cancelling",
     "items_of",
 ]
 
@@ -58,6 +61,9 @@ CHUNK_MAX = 256
 #: Default bound of a channel between two tasks: this many chunks and this many items.
 CHANNEL_CHUNKS = 2
 CHANNEL_ITEMS = 2 * CHUNK_MAX
+
+#: Longest chain of fused stages in one task; a longer one goes on in another task.
+FUSE_MAX = 64
 
 aclosing = contextlib.aclosing
 
@@ -169,6 +175,10 @@ class Channel:
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def full_for(self, chunk: Chunk) -> bool:
         return bool(self._q) and (
             len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
@@ -262,6 +272,16 @@ async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
                 yield x
 
 
+def cancelling() -> bool:
+    """Whether the current task is being cancelled (by the run, or its consumer's owner).
+
+    A ``CancelledError`` while this is false was raised by a user's function (it awaited
+    something that someone else cancelled): an error of its stage, not the run's end.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 async def in_thread(fn: Callable[[], Any]) -> None:
     """Run a blocking call (a pool's shutdown) in a thread of its own and await it.
 
@@ -331,7 +351,11 @@ class Run:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
+        self._fused = 0  # stages being built inside one another right now (see FUSE_MAX)
+        self._pool: DaemonPool | None = None
         self.closed = False
+        # set from the consumer's thread when it closes: a blocking source reads no more
+        self.stopping = False
         self.started = perf_counter()
         self.ended: float | None = None  # when it closed: the stats of a finished run stay put
 
@@ -354,7 +378,13 @@ class Run:
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller."""
         node = pipeline._node
-        gen, meter = self._build(node, parent)
+        if self._fused >= FUSE_MAX and not (node.task or boundary):
+            return self._split(pipeline, parent)
+        self._fused += 1  # opening is recursive: this many stages are being built inside
+        try:
+            gen, meter = self._build(node, parent)
+        finally:
+            self._fused -= 1
         if node.task or boundary:
             meter.task = True
             return self._reader(
@@ -365,6 +395,23 @@ class Run:
                 node.grow_to,
             )
         return _metered(gen, meter) if METER else gen
+
+    def _split(self, pipeline: Pipeline[Any], parent: StageMeter | None) -> ChunkIter:
+        """The rest of a long chain of fused stages, in a task of its own (a fresh stack).
+
+        Fused stages nest: building them, and each chunk's way through them, is as deep
+        as the chain is long. Past ``FUSE_MAX`` the chain goes on in a task that builds
+        it when first read; this hop is not a stage, and the stats do not show it.
+        """
+
+        async def rest() -> ChunkIter:
+            gen = self.open(pipeline, parent=parent)
+            async with aclosing(gen):
+                async for chunk in gen:
+                    yield chunk
+
+        hop = StageMeter(f"{pipeline._node.name} (split)", None)
+        return self._reader(rest(), hop, CHANNEL_CHUNKS, CHANNEL_ITEMS)
 
     def _build(self, node: Node, parent: StageMeter | None) -> tuple[ChunkIter, StageMeter]:
         """The node's own (unmetered) generator and its meter."""
@@ -457,12 +504,16 @@ class Run:
         """
         if self.closed:
             return
-        self.ended = self.ended or perf_counter()
-        for t in list(self.tasks):
-            t.cancel()
+        self.cancel()
         closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
         _closing.add(closer)
         closer.add_done_callback(_closing.discard)
+
+    def cancel(self) -> None:
+        """Cancel every task of the run now (on its loop); ``aclose`` then awaits them."""
+        self.ended = self.ended or perf_counter()
+        for t in list(self.tasks):
+            t.cancel()
 
     async def aclose(self) -> None:
         """Cancel every task of the run, wait for all of them, then release resources."""
@@ -488,6 +539,18 @@ class Run:
             res = closer()
             if asyncio.iscoroutine(res):
                 await res
+
+    def thread_pool(self) -> DaemonPool:
+        """The run's pool for blocking file calls, closed with it (made on first use).
+
+        Not the loop's default executor: that one is joined when the caller's loop ends,
+        and a read that never returns (a FIFO without a writer) would block the exit.
+        """
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = DaemonPool(None, "aioflow-io", what="the run's file reads")
+            self.resources.append(pool.aclose)
+        return pool
 
     def stats(self) -> RunStats:
         """A snapshot of the stats (callable from another thread while the run goes)."""
@@ -543,9 +606,11 @@ async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> 
                 meter.t_wait_out += pc() - t0
             else:
                 await chan.put(chunk)
-    except asyncio.CancelledError:
-        raise
-    except Exception as e:
+    except asyncio.CancelledError as e:
+        if cancelling():
+            raise
+        chan.close(control_flow_error(e, meter.name))
+    except BaseException as e:  # also SystemExit/KeyboardInterrupt from a user function
         chan.close(e)
     else:
         chan.close()

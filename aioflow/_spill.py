@@ -26,7 +26,7 @@ from operator import itemgetter
 from typing import Any
 
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
-from .errors import annotate
+from .errors import annotate, control_flow_error
 
 __all__ = ["FANIN", "external_sort", "keys_of"]
 
@@ -135,6 +135,8 @@ def keys_of(
         keys.extend(map(key, chunk))  # extend keeps the keys made before a failure
     except Exception as e:
         return keys, annotate(e, ctx.name, pos + len(keys))
+    if len(keys) < len(chunk):  # ``key`` raised StopIteration: map() took it for its end
+        return keys, control_flow_error(StopIteration(), ctx.name, pos + len(keys))
     return keys, None
 
 

@@ -5,7 +5,9 @@ The tree::
     Exception
      └── AioflowError                 base of everything aioflow itself raises
           ├── PipelineError           a pipeline was described wrongly (bad argument, bad state)
-          ├── StageError              a stage broke for a reason that is not the user's exception
+          ├── StageError              a stage broke for a reason that is not the user's exception,
+          │                           or a user function raised ``StopIteration`` or
+          │                           ``CancelledError``, which cannot travel as themselves
           │    ├── WorkerDied         a worker process died (signal or exit code)
           │    └── BadInput           a file reader met malformed content: a JSON line that
           │                           does not parse, a truncated .npy/TFRecord/tar, a CRC
@@ -24,6 +26,8 @@ unchanged.
 
 from __future__ import annotations
 
+import asyncio
+
 __all__ = [
     "AioflowError",
     "BadInput",
@@ -34,6 +38,7 @@ __all__ = [
     "StateMismatch",
     "WorkerDied",
     "annotate",
+    "control_flow_error",
 ]
 
 _NOTE_PREFIX = "aioflow: "
@@ -61,7 +66,10 @@ class PipelineError(AioflowError, ValueError):
 class StageError(AioflowError):
     """Raised by a stage that failed for a reason of its own, not a user exception.
 
-    ``stage`` names the stage. Subclasses say why.
+    ``stage`` names the stage. Subclasses say why. A user function that raises
+    ``StopIteration`` (which would end the stream silently) or ``CancelledError`` without
+    the run being cancelled (which would look like the run's own cancellation) fails its
+    stage with a plain ``StageError`` whose ``__cause__`` is that exception.
     """
 
     def __init__(self, message: str, *, stage: str | None = None) -> None:
@@ -159,3 +167,30 @@ def annotate(exc: BaseException, stage: str, position: int | None = None) -> Bas
     except Exception:  # pragma: no cover - an exception type that refuses notes
         pass
     return exc
+
+
+def control_flow_error(
+    exc: BaseException, stage: str, position: int | None = None
+) -> BaseException:
+    """What a user function's exception becomes on its way to the consumer.
+
+    ``StopIteration`` and ``CancelledError`` mean "the end" and "the run is cancelled" to
+    the machinery they would travel through, so they become a ``StageError`` naming the
+    stage and item (the original is its ``__cause__``); any other exception is returned
+    as itself, annotated.
+
+    Example:
+        >>> e = control_flow_error(StopIteration(), "map(f)", 3)
+        >>> type(e).__name__, str(e)
+        ('StageError', "stage 'map(f)': the function raised StopIteration at item 3")
+        >>> e = ValueError("bad")
+        >>> control_flow_error(e, "map(f)", 3) is e
+        True
+    """
+    if not isinstance(exc, StopIteration | StopAsyncIteration | asyncio.CancelledError):
+        return annotate(exc, stage, position)
+    where = f" at item {position}" if position is not None else ""
+    what = type(exc).__name__
+    err = StageError(f"stage {stage!r}: the function raised {what}{where}", stage=stage)
+    err.__cause__ = exc
+    return err

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
 from ._spill import external_sort, keys_of
-from .errors import PipelineError, annotate
+from .errors import PipelineError, annotate, control_flow_error
 from .sampling import check_seed, epoch_rng
 
 __all__ = [
@@ -192,7 +192,7 @@ def build_group_by(
                     except Exception as e:
                         if out:
                             yield out
-                        raise annotate(e, ctx.name, pos) from None
+                        raise control_flow_error(e, ctx.name, pos) from None
                     pos += 1
                     if g is None:
                         if len(groups) == most:  # the oldest open group makes room

@@ -8,6 +8,7 @@ once and a fast one moves in large chunks.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
 from itertools import islice
@@ -33,6 +34,8 @@ async def sync_chunks(it: Iterator[Any], ctx: Ctx) -> ChunkIter:
     pos = 0
     pc = perf_counter
     while True:
+        if ctx.run.stopping:  # closing: a blocking read would delay it by an item-time
+            await asyncio.get_running_loop().create_future()  # until cancelled
         chunk: list[Any] = []
         t0 = pc()
         try:

@@ -30,7 +30,7 @@ from ._runtime import (
     Opener,
     aclosing,
 )
-from .errors import PipelineError, annotate
+from .errors import PipelineError, annotate, control_flow_error
 
 __all__ = [
     "build_flat_map",
@@ -110,7 +110,7 @@ def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]]
                     except Exception as e:
                         if out:
                             yield out
-                        raise annotate(e, ctx.name, pos) from None
+                        raise control_flow_error(e, ctx.name, pos) from None
                     pos += 1
                     if isinstance(sub, list | tuple):
                         out.extend(sub)
@@ -146,7 +146,7 @@ def build_scan(
                     except Exception as e:
                         if out:
                             yield out
-                        raise annotate(e, ctx.name, pos) from None
+                        raise control_flow_error(e, ctx.name, pos) from None
                     out.append(y)
                     pos += 1
                 yield out

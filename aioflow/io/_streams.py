@@ -1,13 +1,14 @@
 """What every reader shares: opening a path as an async byte stream, a read buffer that
 knows its file offset, and the ``Pipeline`` node a reader makes.
 
-A local path is streamed through aiofiles (each read a call in the loop's default thread
-pool; ``read_bytes`` and ``read_npy``, whose item is the whole file, read a local file in
-one such call instead); a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``, ...)
-through fsspec (``remote.py``). Reads are blocks of 64 KiB growing to 1 MiB, so a reader
-gives its first item quickly and then moves large blocks; a reader holds one block plus
-the record it is parsing, never the whole file. A gzip or zlib stream (tf.data's
-``compression_type``) is decompressed as it is read.
+A local path is streamed through aiofiles (each read a call in the run's thread pool,
+which abandons a read that never returns; ``read_bytes`` and ``read_npy``, whose item
+is the whole file, read a local file in one such call instead); a URL (``s3://``,
+``gs://``, ``http(s)://``, ``memory://``, ...) through fsspec (``remote.py``). Reads are
+blocks of 64 KiB growing to 1 MiB, so a reader gives its first item quickly and then
+moves large blocks; a reader holds one block plus the record it is parsing, never the
+whole file. A gzip or zlib stream (tf.data's ``compression_type``) is decompressed as
+it is read.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import aiofiles.threadpool
@@ -54,7 +57,7 @@ class ByteStream(Protocol):
 
 
 class LocalStream:
-    """A local file: opened and read in the thread pool (reads through aiofiles).
+    """A local file: opened and read in the run's thread pool (reads through aiofiles).
 
     It is closed synchronously, on the loop: closing a file opened for reading does no
     I/O, waits for a read still running in a thread (the file's own lock), and, unlike an
@@ -63,19 +66,21 @@ class LocalStream:
 
     __slots__ = ("_f", "_raw")
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, pool: Executor | None = None) -> None:
         self._raw = raw
-        self._f = aiofiles.threadpool.wrap(raw, loop=asyncio.get_running_loop())
+        self._f = aiofiles.threadpool.wrap(raw, loop=asyncio.get_running_loop(), executor=pool)
 
     @classmethod
-    async def open(cls, path: str) -> LocalStream:
-        fut = asyncio.get_running_loop().run_in_executor(None, _open_rb, path)
+    async def open(cls, path: str, pool: Executor | None = None) -> LocalStream:
+        """Open ``path`` in ``pool`` (the run's: a call that never returns is abandoned)."""
+        opening = _Opening(path)
+        fut = asyncio.get_running_loop().run_in_executor(pool, opening.open)
         try:
             raw = await asyncio.shield(fut)
         except asyncio.CancelledError:
-            fut.add_done_callback(_close_opened)  # it may still open: close it then
+            opening.abandon()  # it may still open (a FIFO without a writer): close it then
             raise
-        return cls(raw)
+        return cls(raw, pool)
 
     async def read(self, n: int) -> bytes:
         data: bytes = await self._f.read(n)
@@ -85,13 +90,33 @@ class LocalStream:
         self._raw.close()
 
 
-def _open_rb(path: str) -> Any:
-    return open(path, "rb")  # LocalStream closes it
+class _Opening:
+    """A file being opened in a thread; whoever comes second closes it if abandoned.
 
+    Not a callback on the loop's future: the open may end after the loop has closed.
+    """
 
-def _close_opened(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        fut.result().close()
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.raw: Any = None
+
+    def open(self) -> Any:
+        raw = open(self.path, "rb")  # noqa: SIM115 - LocalStream closes it
+        with self.lock:
+            if not self.abandoned:
+                self.raw = raw
+                return raw
+        raw.close()
+        return None
+
+    def abandon(self) -> None:
+        with self.lock:
+            self.abandoned = True
+            raw, self.raw = self.raw, None
+        if raw is not None:
+            raw.close()
 
 
 def is_url(path: str) -> bool:
@@ -182,7 +207,7 @@ async def open_stream(
 
         stream = await open_url(path, ctx)
     else:
-        stream = await LocalStream.open(local_path(path))
+        stream = await LocalStream.open(local_path(path), ctx.run.thread_pool())
     if compression is not None:
         stream = _Inflating(stream, compression, path)
     try:

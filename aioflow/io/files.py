@@ -292,11 +292,12 @@ def _read_local(path: str) -> bytes:
 async def read_all(path: str, ctx: Ctx) -> bytes:
     """The whole content of a file (for readers whose item is the whole file).
 
-    A local file is read by one call in the loop's thread pool (open, read, close): one
+    A local file is read by one call in the run's thread pool (open, read, close): one
     hop per file instead of three, which is what matters for thousands of small files.
     """
     if not is_url(path):
-        return await asyncio.get_running_loop().run_in_executor(None, _read_local, local_path(path))
+        pool = ctx.run.thread_pool()  # not the loop's: a read that never returns is abandoned
+        return await asyncio.get_running_loop().run_in_executor(pool, _read_local, local_path(path))
     async with open_stream(path, ctx) as s:
         parts = []
         while True:

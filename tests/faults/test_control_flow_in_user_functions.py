@@ -1,0 +1,113 @@
+"""A user function raising what the machinery itself uses: CancelledError, StopIteration.
+
+Each must reach the consumer as an error (``af.StageError`` naming the stage and item,
+the original as its cause), never be taken for the run's cancellation or the stream's
+end: no hang, no silently short stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import aioflow as af
+from tests.faults.conftest import settle
+
+DEADLINE = 20.0  # "does not hang": generous under load
+
+
+async def _cancelled_call(x):
+    if x == 5:
+        fut = asyncio.get_running_loop().create_future()
+        fut.cancel()
+        await fut  # someone else cancelled what we awaited: CancelledError in *our* code
+    return x
+
+
+async def _cancelled_source():
+    for i in range(10):
+        yield i
+    fut = asyncio.get_running_loop().create_future()
+    fut.cancel()
+    await fut
+
+
+CANCELLING = {
+    "async-map": lambda: af.range(20).map(_cancelled_call, concurrency=4),
+    "async-map-unordered": lambda: af.range(20).map(_cancelled_call, concurrency=4, ordered=False),
+    "async-source": lambda: af.from_iterable(_cancelled_source),
+    "async-source-into-map": lambda: af.from_iterable(_cancelled_source).map(
+        _cancelled_call, concurrency=2
+    ),
+}
+
+
+@pytest.mark.parametrize("make", CANCELLING.values(), ids=CANCELLING.keys())
+async def test_a_user_cancelled_error_reaches_an_async_consumer_as_an_error(make):
+    got = []
+    async with asyncio.timeout(DEADLINE):
+        with pytest.raises(af.StageError) as info:
+            async for x in make():
+                got.append(x)
+    assert isinstance(info.value.__cause__, asyncio.CancelledError)
+    assert "CancelledError" in str(info.value)
+    assert asyncio.current_task().cancelling() == 0  # the consumer was not cancelled
+    await settle()
+
+
+@pytest.mark.parametrize("make", CANCELLING.values(), ids=CANCELLING.keys())
+def test_a_user_cancelled_error_reaches_a_sync_consumer_as_an_error(make):
+    with make().iter(timeout=DEADLINE) as it, pytest.raises(af.StageError) as info:
+        list(it)
+    assert isinstance(info.value.__cause__, asyncio.CancelledError)
+
+
+async def test_a_user_cancelled_error_can_be_skipped_like_any_failure():
+    out = [x async for x in af.range(20).map(_cancelled_call, concurrency=4, on_error="skip")]
+    assert out == [x for x in range(20) if x != 5]
+    await settle()
+
+
+def _stop_at_700(x):
+    if x == 700:
+        raise StopIteration  # e.g. next() on an empty lookup
+    return x
+
+
+def _stop_at_last(x):
+    if x == 700:
+        raise StopIteration
+    return True
+
+
+STOPPING = {
+    "map": lambda: af.range(1000).map(_stop_at_700),
+    "filter": lambda: af.range(1000).filter(_stop_at_700),
+    "filter-on-a-chunk's-last-item": lambda: af.range(701).filter(_stop_at_last),
+    "sort_by-buffer": lambda: af.range(1000).sort_by(_stop_at_700, buffer_size=10),
+    "sort_by-external": lambda: af.range(1000).sort_by(_stop_at_700),
+    "sort_by-external-spilling": lambda: af.range(1000).sort_by(_stop_at_700, max_in_memory=100),
+    "thread-map": lambda: af.range(1000).map(_stop_at_700, executor="thread", concurrency=2),
+    "sync-fn-concurrent-map": lambda: af.range(1000).map(_stop_at_700, concurrency=2),
+    "flat_map": lambda: af.range(1000).flat_map(lambda x: [_stop_at_700(x)]),
+    "scan": lambda: af.range(1000).scan(0, lambda s, x: (s, _stop_at_700(x))),
+    "group_by": lambda: af.range(1000).group_by(_stop_at_700, size=3),
+}
+
+
+@pytest.mark.parametrize("make", STOPPING.values(), ids=STOPPING.keys())
+def test_a_user_stop_iteration_is_an_error_never_an_early_end(make):
+    with make().iter(timeout=DEADLINE) as it, pytest.raises(af.StageError) as info:
+        list(it)
+    assert "StopIteration" in str(info.value)
+    assert "700" in str(info.value) or any("700" in n for n in info.value.__notes__)
+
+
+def test_a_user_stop_iteration_can_be_skipped_like_any_failure():
+    assert af.range(1000).map(_stop_at_700, on_error="skip").to_list() == [
+        x for x in range(1000) if x != 700
+    ]
+    assert af.range(1000).filter(_stop_at_700, on_error="skip").to_list() == [
+        x for x in range(1, 1000) if x != 700
+    ]
