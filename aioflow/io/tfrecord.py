@@ -159,8 +159,8 @@ def read_tfrecord(
                     continue
                 try:
                     more = await buf.read_block()
-                except BadInput as err:  # a compressed stream cut or corrupt
-                    if not policy.skip(err, ctx, index):
+                except BadInput as cut:  # a compressed stream cut or corrupt
+                    if not policy.skip(cut, ctx, index):
                         raise
                     return  # nothing after it can be read
                 if not more:
