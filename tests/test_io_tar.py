@@ -207,3 +207,21 @@ def test_a_tar_cut_in_the_first_member_of_a_sample_still_delivers_the_one_before
     want = ["0", "1", "2", "3", "4"] if cut > 512 else ["0", "1", "2", "3"]  # a cut header
     assert got == want  # has no name: the sample before it may go on
     assert [s["__key__"] for s in af.read_tar(path, on_error="skip")] == want
+
+
+def test_a_cut_gzipped_tar_raises_and_skip_keeps_the_complete_samples(tmp_path):
+    path = tmp_path / "a.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for i in range(200):
+            info = tarfile.TarInfo(f"{i:03d}.x")
+            data = os.urandom(3000)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(af.BadInput, match="truncated compressed stream"):
+        af.read_tar(path, compression_type="GZIP").to_list()
+    with af.read_tar(path, compression_type="GZIP", on_error="skip").iter() as it:
+        got = [s["__key__"] for s in it]
+        assert it.stats()["read_tar"].errors_skipped == 1
+    assert 50 < len(got) < 200 and got == [f"{i:03d}" for i in range(len(got))]

@@ -20,6 +20,7 @@ from typing import Any
 
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
+from ..errors import BadInput
 from ..pipeline import Pipeline
 from ._streams import Buffered, bad_input, check_compression, open_stream, reader
 
@@ -103,13 +104,23 @@ def read_tar(
         async with open_stream(p, ctx, comp) as s:
             buf = Buffered(s)
             problem = None
+            broken: BadInput | None = None  # a compressed stream that is cut or corrupt
+
+            async def fill(n: int) -> bool:
+                nonlocal broken
+                try:
+                    return await buf.fill(n)
+                except BadInput as e:
+                    broken = e
+                    return False
+
             while True:
                 at = buf.offset  # where the next header starts
                 if out and buf.available < _BLOCK:
                     yield out  # before waiting for the next read
                     out = []
-                if not await buf.fill(_BLOCK):
-                    if buf.available:
+                if not await fill(_BLOCK):
+                    if buf.available or broken is not None:
                         problem = f"truncated tar: a {buf.available}-byte partial header"
                     break
                 head = bytes(buf.buf[buf.pos : buf.pos + _BLOCK])
@@ -130,9 +141,9 @@ def read_tar(
                     problem = f"bad member size {size}"
                     break
                 padded = -(-size // _BLOCK) * _BLOCK
-                if not await buf.fill(size):
-                    cut = longname or pax.get("path") or info.name
-                    if sample is not None and _key_of(cut) != key:
+                if not await fill(size):
+                    member = longname or pax.get("path") or info.name
+                    if sample is not None and _key_of(member) != key:
                         out.append(sample)  # the cut member starts another sample
                         sample = None
                     problem = (
@@ -188,7 +199,7 @@ def read_tar(
             if out:
                 yield out
             if problem is not None:
-                err = bad_input(ctx, p, problem, offset=at)
+                err = broken or bad_input(ctx, p, problem, offset=at)
                 if not policy.skip(err, ctx, index):
                     raise err
 
