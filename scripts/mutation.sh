@@ -24,7 +24,7 @@ OUT="${OUT:-$ROOT/mutants.txt}"
 }
 
 declare -A TESTS=(
-  [_runtime]="tests/test_pipeline.py tests/test_transforms.py"
+  [_runtime]="tests/test_runtime.py tests/test_pipeline.py tests/test_transforms.py"
   [_calls]="tests/test_parallel.py tests/test_transforms.py"
   [ordering]="tests/test_ordering.py"
   [combine]="tests/test_combine.py tests/test_interleave.py tests/test_combine_sampling.py"
