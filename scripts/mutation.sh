@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Mutation testing (cosmic-ray) of the core modules, each against its own test files, on a
-# random sample of its mutants. Not run by CI: a mutant costs one run of those test files.
+# seeded random sample of its mutants. Not run by CI: a mutant costs one run of those tests.
 #
-# usage: bash scripts/mutation.sh [MUTANTS_PER_MODULE=12] [SEED=0] [MODULE...]
-#   TESTS_REF=main bash scripts/mutation.sh ...   the same mutants, the tests of another
-#                                                 commit (the "before" survival rate)
-# cosmic-ray edits the files it mutates in place, so it works on a copy of HEAD (committed
-# code only) in a temporary directory, never on this tree. Prints each module's killed and
-# surviving counts, and writes the surviving mutants' diffs to $OUT (default mutants.txt).
+# usage: bash scripts/mutation.sh [MUTANTS_PER_MODULE=8] [SEED=0] [MODULE...]
+#   BEFORE=<git ref>  also run the same mutants against that commit's tests first, and
+#                     against this tree's tests only those that survived them (the
+#                     "before" and "after" survival rates of one sample)
+# cosmic-ray edits the file it mutates in place, so it works on a copy of HEAD (committed
+# code only) in a temporary directory, never on this tree. It prints each module's counts
+# and writes the diffs of the mutants that survive to $OUT (default mutants.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY="$ROOT/.venv/bin/python"
-N="${1:-12}"
+N="${1:-8}"
 SEED="${2:-0}"
 shift $(($# < 2 ? $# : 2))
 MODULES=("$@")
@@ -23,51 +24,77 @@ OUT="${OUT:-$ROOT/mutants.txt}"
   exit 2
 }
 
+# the test files that exercise each module (the whole suite would take minutes per mutant)
 declare -A TESTS=(
-  [_runtime]="tests/test_runtime.py tests/test_pipeline.py tests/test_transforms.py"
-  [_calls]="tests/test_parallel.py tests/test_transforms.py"
-  [ordering]="tests/test_ordering.py"
-  [combine]="tests/test_combine.py tests/test_interleave.py tests/test_combine_sampling.py"
-  [cache]="tests/test_cache.py"
+  [_runtime]="test_runtime.py test_pipeline.py"
+  [_calls]="test_parallel.py"
+  [ordering]="test_ordering.py"
+  [combine]="test_combine.py test_interleave.py"
+  [cache]="test_cache.py"
 )
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 git archive HEAD | tar -x -C "$WORK"
-if [ -n "${TESTS_REF:-}" ]; then
-  rm -rf "$WORK/tests"
-  git archive "$TESTS_REF" tests | tar -x -C "$WORK"
+if [ -n "${BEFORE:-}" ]; then
+  mkdir "$WORK/old" && git archive "$BEFORE" tests | tar -x -C "$WORK/old"
 fi
 : >"$OUT"
 cd "$WORK"
-for m in "${MODULES[@]}"; do
-  cat >"$m.toml" <<EOF
+
+config() { # module, tests directory, session name
+  local files=""
+  for f in ${TESTS[$1]}; do [ -f "$2/$f" ] && files+=" $2/$f"; done
+  cat >"$3.toml" <<EOF
 [cosmic-ray]
-module-path = "aioflow/$m.py"
+module-path = "aioflow/$1.py"
 timeout = 240.0
 excluded-modules = []
-test-command = "$PY -m pytest -x -q -p no:cacheprovider ${TESTS[$m]}"
+test-command = "$PY -m pytest -x -q -p no:cacheprovider$files"
 
 [cosmic-ray.distributor]
 name = "local"
 EOF
+}
+
+for m in "${MODULES[@]}"; do
+  config "$m" tests "$m"
   "$PY" -m cosmic_ray.cli init "$m.toml" "$m.sqlite" >/dev/null
-  # keep a random sample of the mutants: the others are marked skipped before exec
+  # a sample that does not depend on the job ids (random at each init): by position
   "$PY" - "$m.sqlite" "$N" "$SEED" <<'EOF'
 import random, sys
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import WorkerOutcome, WorkResult
 path, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with use_db(path, WorkDB.Mode.open) as db:
-    jobs = sorted(item.job_id for item in db.work_items)
-    keep = set(random.Random(seed).sample(jobs, min(n, len(jobs))))
-    for job in jobs:
-        if job not in keep:
-            db.set_result(job, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-    print(f"{path}: {len(keep)} of {len(jobs)} mutants sampled", file=sys.stderr)
+    def where(item):
+        m = item.mutations[0]
+        return (str(m.module_path), m.operator_name, m.occurrence)
+    items = sorted(db.work_items, key=where)
+    keep = {i.job_id for i in random.Random(seed).sample(items, min(n, len(items)))}
+    for item in items:
+        if item.job_id not in keep:
+            db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+    print(f"{path}: {len(keep)} of {len(items)} mutants sampled", file=sys.stderr)
 EOF
+  if [ -n "${BEFORE:-}" ]; then
+    cp "$m.sqlite" "$m-before.sqlite"
+    config "$m" old/tests "$m-before"
+    "$PY" -m cosmic_ray.cli exec "$m-before.toml" "$m-before.sqlite"
+    # this tree's tests are a superset: what the old ones killed stays killed
+    "$PY" - "$m-before.sqlite" "$m.sqlite" <<'EOF'
+import sys
+from cosmic_ray.work_db import WorkDB, use_db
+from cosmic_ray.work_item import TestOutcome
+with use_db(sys.argv[1], WorkDB.Mode.open) as old, use_db(sys.argv[2], WorkDB.Mode.open) as new:
+    for job, r in old.results:
+        if r.test_outcome != TestOutcome.SURVIVED:
+            new.set_result(job, r)
+EOF
+  fi
   "$PY" -m cosmic_ray.cli exec "$m.toml" "$m.sqlite"
-  "$PY" - "$m" "$m.sqlite" "$OUT" <<'EOF'
+  for s in ${BEFORE:+"$m-before"} "$m"; do
+    "$PY" - "$s" "$s.sqlite" "$OUT" <<'EOF'
 import sys
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome, WorkerOutcome
@@ -80,4 +107,5 @@ with use_db(path, WorkDB.Mode.open) as db, open(out, "a") as f:
     rate = 100 * len(survived) / max(len(ran), 1)
     print(f"MUTATION {name}: {len(ran)} run, {len(survived)} survived ({rate:.0f}%)")
 EOF
+  done
 done
