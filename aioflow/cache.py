@@ -226,7 +226,7 @@ async def _file_cache(ctx: Ctx, opener: Opener, path: str) -> ChunkIter:
     if os.path.isdir(path):
         raise PipelineError(f"stage {ctx.name!r}: the cache path {path!r} is a directory")
     if os.path.exists(path):
-        log.warning("cache file %r is incomplete: rebuilding it", path)
+        log.warning("cache file %r is incomplete or of another format: rebuilding it", path)
     w = await loop.run_in_executor(None, _Writer, path)
     committing = False
     try:
