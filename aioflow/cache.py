@@ -11,10 +11,14 @@ fsynced and renamed to ``path`` (an atomic rename). So a run that is interrupted
 no file at ``path``, and two runs writing the same cache at once each rename a complete
 file (the later rename wins; a run that finds a complete cache already there discards
 its own). Any run, in any process, that finds a complete file at ``path`` reads it
-instead of the upstream. The file is a header, pickled chunks framed by their length,
-and a trailer with the item count; a file without a valid trailer is not trusted (it is
-rebuilt). Items are pickled (protocol 5), so numpy arrays and nested containers come back
-exactly; as with any pickle, only read cache files you wrote.
+instead of the upstream. The file is a header, pickled chunks framed by their length and
+CRC-32, and a trailer with the item count; a file without a valid trailer is not trusted
+(it is rebuilt). A chunk whose checksum or pickle is wrong, or an item count that does
+not match the trailer, raises ``BadInput`` naming the file, which is then removed, so the
+next epoch rebuilds it. A commit that fails (disk full) removes its temporary file and
+raises ``StageError`` naming the cache; a path that is a directory is a
+``PipelineError``. Items are pickled (protocol 5), so numpy arrays and nested containers
+come back exactly; as with any pickle, only read cache files you wrote.
 """
 
 from __future__ import annotations
@@ -25,19 +29,21 @@ import os
 import pickle
 import secrets
 import struct
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ._runtime import Chunk, ChunkIter, Ctx, Opener, aclosing
-from .errors import PipelineError
+from .errors import PipelineError, StageError
 
 __all__ = ["build_cache", "cache_path"]
 
 log = logging.getLogger("aioflow")
 
-_MAGIC = b"AIOFLOW-CACHE-1\n"
+_MAGIC = b"AIOFLOW-CACHE-2\n"  # 2: each frame has a CRC-32 of its bytes
 _END = b"AIOFLOW-CACHE-END"
 _LEN = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
 _TRAILER = struct.Struct("<QQ17s")  # 0 (end of frames), item count, _END
 _FLUSH = 1 << 20  # write to the file in blocks of about this many bytes
 
@@ -91,9 +97,17 @@ async def _memory_cache(ctx: Ctx, opener: Opener, store: _Memory) -> ChunkIter:
         store.chunks = recorded
 
 
-async def _read_file(ctx: Ctx, path: str) -> ChunkIter:
+async def _read_file(ctx: Ctx, path: str, trailer_count: int) -> ChunkIter:
     from .io._streams import Buffered, bad_input, open_stream
 
+    def corrupt(what: str, at: int, cause: BaseException | None = None) -> BaseException:
+        _remove_if_unchanged(path, seen)  # so the next epoch rebuilds it
+        err = bad_input(ctx, path, f"corrupt cache file ({what}); it is rebuilt", offset=at)
+        err.__cause__ = cause
+        return err
+
+    seen = await asyncio.get_running_loop().run_in_executor(None, _identity, path)
+    count = 0
     async with open_stream(path, ctx) as s:
         buf = Buffered(s)
         await buf.fill(len(_MAGIC))
@@ -101,14 +115,43 @@ async def _read_file(ctx: Ctx, path: str) -> ChunkIter:
         while True:
             at = buf.offset
             if not await buf.fill(_LEN.size):
-                raise bad_input(ctx, path, "truncated cache file", offset=at)
+                raise corrupt("truncated", at)
             (n,) = _LEN.unpack_from(buf.buf, buf.pos)
             if n == 0:
+                if count != trailer_count:
+                    raise corrupt(f"{count} items, the trailer says {trailer_count}", at)
                 return
             buf.skip(_LEN.size)
-            if not await buf.fill(n):
-                raise bad_input(ctx, path, "truncated cache file", offset=at)
-            yield pickle.loads(buf.take(n))
+            if not await buf.fill(_CRC.size + n):
+                raise corrupt("truncated", at)
+            (crc,) = _CRC.unpack_from(buf.buf, buf.pos)
+            buf.skip(_CRC.size)
+            data = buf.take(n)
+            if zlib.crc32(data) != crc:
+                raise corrupt("checksum mismatch", at)
+            try:
+                chunk = pickle.loads(data)
+            except Exception as e:
+                raise corrupt(f"unpickling failed: {e!r}", at, e) from e
+            count += len(chunk)
+            yield chunk
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _remove_if_unchanged(path: str, seen: tuple[int, int, int] | None) -> None:
+    """Remove the damaged file, unless another run has replaced it meanwhile."""
+    if seen is not None and _identity(path) == seen:
+        try:
+            os.unlink(path)
+        except OSError:  # pragma: no cover - gone already, or not ours to remove
+            pass
 
 
 class _Writer:
@@ -125,15 +168,22 @@ class _Writer:
         self.f.write(data)
 
     def commit(self, tail: bytes) -> None:
-        """Finish the file and rename it into place, unless a complete cache is there."""
-        self.f.write(tail)
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        if trusted_count(self.path) is not None:
-            os.unlink(self.tmp)  # another run finished first: keep its file
-            return
-        os.replace(self.tmp, self.path)
+        """Finish the file and rename it into place, unless a complete cache is there.
+
+        If that fails (disk full, ...) the temporary file is removed and the error raised.
+        """
+        try:
+            self.f.write(tail)
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
+            if trusted_count(self.path) is not None:
+                os.unlink(self.tmp)  # another run finished first: keep its file
+                return
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.discard()
+            raise
         try:  # make the rename itself durable
             fd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY)
         except OSError:  # pragma: no cover - platforms that cannot open directories
@@ -146,7 +196,10 @@ class _Writer:
             os.close(fd)
 
     def discard(self) -> None:
-        self.f.close()
+        try:
+            self.f.close()
+        except OSError:
+            pass  # a close that fails to flush (disk full): the file goes anyway
         try:
             os.unlink(self.tmp)
         except FileNotFoundError:
@@ -164,13 +217,16 @@ def _first_unpicklable(chunk: Chunk) -> int:
 
 async def _file_cache(ctx: Ctx, opener: Opener, path: str) -> ChunkIter:
     loop = asyncio.get_running_loop()
-    if await loop.run_in_executor(None, trusted_count, path) is not None:
-        async with aclosing(_read_file(ctx, path)) as chunks:
+    count = await loop.run_in_executor(None, trusted_count, path)
+    if count is not None:
+        async with aclosing(_read_file(ctx, path, count)) as chunks:
             async for c in chunks:
                 yield c
         return
+    if os.path.isdir(path):
+        raise PipelineError(f"stage {ctx.name!r}: the cache path {path!r} is a directory")
     if os.path.exists(path):
-        log.warning("cache file %r is incomplete: rebuilding it", path)
+        log.warning("cache file %r is incomplete or of another format: rebuilding it", path)
     w = await loop.run_in_executor(None, _Writer, path)
     committing = False
     try:
@@ -189,18 +245,29 @@ async def _file_cache(ctx: Ctx, opener: Opener, path: str) -> ChunkIter:
                         f" cache file {path!r}: {e!r}"
                     ) from e
                 pending += _LEN.pack(len(data))
+                pending += _CRC.pack(zlib.crc32(data))
                 pending += data
                 count += len(chunk)
                 if len(pending) >= _FLUSH:
                     block, pending = bytes(pending), bytearray()
-                    await loop.run_in_executor(None, w.write, block)
+                    await _io(ctx, path, loop.run_in_executor(None, w.write, block))
                 yield chunk
         tail = bytes(pending) + _TRAILER.pack(0, count, _END)
         committing = True  # the epoch is complete: the commit finishes even if cancelled
-        await asyncio.shield(loop.run_in_executor(None, w.commit, tail))
+        await _io(ctx, path, asyncio.shield(loop.run_in_executor(None, w.commit, tail)))
     finally:
         if not committing:
             w.discard()  # an interrupted epoch leaves no cache
+
+
+async def _io(ctx: Ctx, path: str, call: Awaitable[None]) -> None:
+    """Await a write to the cache file; an ``OSError`` becomes a ``StageError`` naming it."""
+    try:
+        await call
+    except OSError as e:
+        raise StageError(
+            f"stage {ctx.name!r}: cannot write the cache file {path!r}: {e}", stage=ctx.name
+        ) from e
 
 
 def build_cache(path: Any) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:

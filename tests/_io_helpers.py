@@ -35,8 +35,17 @@ def assert_fds_back_to(before: int, under: os.PathLike[str] | str) -> None:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the directory; ``/status/<code>/...`` answers every request with that code."""
+
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        parts = self.path.split("/")
+        if len(parts) > 2 and parts[1] == "status":
+            self.send_error(int(parts[2]))
+            return None
+        return super().send_head()
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):

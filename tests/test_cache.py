@@ -243,3 +243,101 @@ def test_an_item_that_cannot_be_pickled_fails_the_epoch_and_leaves_no_file(tmp_p
     assert os.listdir(tmp_path / "sub" / "dir") == []
     assert af.range(5).cache(path).to_list() == [0, 1, 2, 3, 4]
     assert trusted_count(str(path)) == 5
+
+
+# -- a file cache that cannot be written, or is damaged ---------------------------------
+def test_a_commit_that_fails_leaves_no_temporary_file_and_says_which_cache(tmp_path, monkeypatch):
+    import errno
+
+    import aioflow.cache
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = tmp_path / "c.cache"
+    monkeypatch.setattr(aioflow.cache.os, "fsync", full)
+    with pytest.raises(af.StageError, match=r"c\.cache") as info:
+        af.range(100).cache(path).to_list()
+    assert isinstance(info.value.__cause__, OSError) and "No space" in str(info.value)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    assert af.range(100).cache(path).to_list() == list(range(100))
+    assert trusted_count(str(path)) == 100
+
+
+def test_a_cache_path_that_is_a_directory_is_refused_before_the_upstream_runs(tmp_path, caplog):
+    path = tmp_path / "c.cache"
+    path.mkdir()
+    c = Counter()
+    p = af.range(10).map(c).cache(path)
+    for _ in range(2):
+        with (
+            caplog.at_level(logging.WARNING, logger="aioflow"),
+            pytest.raises(af.PipelineError, match="is a directory"),
+        ):
+            p.to_list()
+    assert c.calls == 0 and "incomplete" not in caplog.text
+    assert os.listdir(tmp_path) == ["c.cache"] and os.listdir(path) == []
+
+
+def _flip(path, at: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0x10
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("where", [0.3, 0.6, 0.9])
+def test_flipped_bytes_in_a_cache_file_are_detected_named_and_rebuilt(tmp_path, where):
+    path = tmp_path / "c.cache"
+    want = [{"i": i, "x": np.full(50, i, dtype=np.int64)} for i in range(3000)]  # > 1 MiB
+    af.from_iterable(want).cache(path).to_list()
+    assert path.stat().st_size > 1 << 20
+    _flip(path, int(path.stat().st_size * where))
+    c = Counter()
+    p = af.from_iterable(want).map(c).cache(path)
+    with pytest.raises(af.BadInput, match="corrupt") as info:
+        p.to_list()
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    got = p.to_list()  # the next epoch rebuilds it from the upstream
+    assert c.calls == len(want)
+    assert [g["i"] for g in got] == list(range(3000))
+    assert all(np.array_equal(g["x"], w["x"]) for g, w in zip(got, want, strict=True))
+    assert trusted_count(str(path)) == 3000 and os.listdir(tmp_path) == ["c.cache"]
+
+
+def test_a_wrong_item_count_in_the_trailer_is_detected(tmp_path):
+    path = tmp_path / "c.cache"
+    af.range(10).cache(path).to_list()
+    raw = bytearray(path.read_bytes())
+    raw[-25] ^= 0x01  # the count: 10 -> 11
+    path.write_bytes(bytes(raw))
+    assert trusted_count(str(path)) == 11
+    with pytest.raises(af.BadInput, match="corrupt") as info:
+        af.range(10).cache(path).to_list()
+    assert info.value.path == str(path)
+    assert af.range(10).cache(path).to_list() == list(range(10))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["magic", "short", "end-marker", "end-zero", "empty"],
+)
+def test_a_file_without_the_right_magic_or_trailer_is_not_trusted_but_rebuilt(tmp_path, damage):
+    path = tmp_path / "c.cache"
+    af.range(50).cache(path).to_list()
+    raw = bytearray(path.read_bytes())
+    if damage == "magic":
+        raw[3] ^= 0x01
+    elif damage == "short":
+        raw = raw[:20]
+    elif damage == "end-marker":
+        raw[-1] ^= 0x01  # the frame-end zero still there, the marker wrong
+    elif damage == "end-zero":
+        raw[-33] = 1  # the marker right, the zero before the count not
+    else:
+        raw = bytearray()
+    path.write_bytes(bytes(raw))
+    assert trusted_count(str(path)) is None
+    c = Counter()
+    assert af.range(50).map(c).cache(path).to_list() == list(range(50))
+    assert c.calls == 50 and trusted_count(str(path)) == 50

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 import aioflow as af
 
@@ -48,11 +51,28 @@ def test_package_is_typed():
     assert (pathlib.Path(af.__file__).parent / "py.typed").exists()
 
 
+def api_checker(root: pathlib.Path) -> pathlib.Path:
+    """The team's contract checker: ``../shared/check_api.py`` beside the project (CI has
+    it there), or where ``AIOFLOW_API_CHECKER`` says. Missing, the test fails saying so;
+    it is skipped only when ``AIOFLOW_SKIP_API_CHECK=1`` asks for that explicitly."""
+    checker = pathlib.Path(
+        os.environ.get("AIOFLOW_API_CHECKER") or root.parent / "shared" / "check_api.py"
+    )
+    if not checker.is_file():
+        if os.environ.get("AIOFLOW_SKIP_API_CHECK") == "1":
+            pytest.skip(f"AIOFLOW_SKIP_API_CHECK=1: the API contract ({checker}) is not checked")
+        pytest.fail(
+            f"the API contract checker {checker} is missing: put the team's shared/ beside"
+            " the project, point AIOFLOW_API_CHECKER at check_api.py, or set"
+            " AIOFLOW_SKIP_API_CHECK=1 to skip this check knowingly",
+            pytrace=False,
+        )
+    return checker
+
+
 def test_api_contract_names_of_the_core_are_present():
     root = pathlib.Path(__file__).resolve().parents[1]
-    checker = root.parent / "shared" / "check_api.py"
-    if not checker.exists():  # the team's checker lives beside the project, not in it
-        return
+    checker = api_checker(root)
     out = subprocess.run(
         [sys.executable, str(checker)], capture_output=True, text=True, cwd=root, check=False
     ).stdout

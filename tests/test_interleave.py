@@ -72,6 +72,22 @@ def test_interleave_matches_the_reference_cycle(sizes, cycle_length, block_lengt
     assert p.to_list() == reference(sizes, cycle_length, block_length)
 
 
+@settings(max_examples=15, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 150), min_size=2, max_size=12).filter(lambda s: sum(s) > 600),
+    cycle_length=st.integers(1, 4),
+    block_length=st.sampled_from([1, 3, 100]),
+    concurrency=st.sampled_from([None, 2, 5]),
+)
+def test_interleave_matches_the_reference_cycle_over_many_output_chunks(
+    sizes, cycle_length, block_length, concurrency
+):
+    # more than two chunks of output (CHUNK_MAX is 256): what crosses a chunk's edge counts
+    test_interleave_matches_the_reference_cycle.hypothesis.inner_test(
+        sizes, cycle_length, block_length, concurrency
+    )
+
+
 def test_interleave_of_empty_input_and_empty_sub_pipelines():
     assert af.range(0).interleave(sub, cycle_length=3).to_list() == []
     empty = af.range(4).interleave(lambda x: af.from_iterable([]), cycle_length=2, concurrency=2)

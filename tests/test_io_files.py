@@ -261,3 +261,20 @@ def test_bad_input_pickles_with_its_fields():
     e = af.BadInput("a.jsonl:3: malformed", path="a.jsonl", line=3, stage="read_jsonl")
     f = pickle.loads(pickle.dumps(e))
     assert (str(f), f.path, f.line, f.offset, f.stage) == (str(e), "a.jsonl", 3, None, "read_jsonl")
+
+
+def test_a_bom_is_dropped_with_utf_8_sig_as_the_error_for_utf_8_suggests(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}\n{"b": "\xef\xbb\xbfin a value"}\n')
+    with pytest.raises(af.BadInput, match="utf-8-sig") as info:
+        af.read_jsonl(path).to_list()
+    assert info.value.line == 1
+    want = [{"a": 1}, {"b": "\ufeffin a value"}]  # only the file's first BOM is dropped
+    assert af.read_jsonl(path, encoding="utf-8-sig").to_list() == want
+    assert af.read_jsonl(path, encoding="UTF_8_SIG").to_list() == want
+    assert af.read_lines(path, encoding="utf-8-sig").to_list()[0] == '{"a": 1}'
+    (tmp_path / "a.gz").write_bytes(gzip.compress(path.read_bytes()))
+    gz = af.read_jsonl(tmp_path / "a.gz", encoding="utf-8-sig", compression_type="GZIP")
+    assert gz.to_list() == want
+    (tmp_path / "b.jsonl").write_bytes(b'{"no": "bom"}\n')
+    assert af.read_jsonl(tmp_path / "b.jsonl", encoding="utf-8-sig").to_list() == [{"no": "bom"}]

@@ -101,3 +101,101 @@ def test_read_npy_has_one_item_and_rereads_each_epoch(tmp_path):
     assert p.cardinality() == 1
     np.save(path, np.zeros(3))
     assert p.to_list()[0].tolist() == [0, 0, 0]
+
+
+def test_a_header_with_a_huge_shape_is_bad_input_and_skippable(tmp_path):
+    good = save_bytes(np.zeros(4, dtype=np.float32))
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (10**12, 10**12), }"
+    for name, shape in [("huge", "(1000000000000, 1000000000000)"), ("big", "(10000000,)")]:
+        text = header.replace("(10**12, 10**12)", shape).encode("latin1")
+        text += b" " * (-(len(text) + 11) % 64) + b"\n"
+        raw = b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + bytes(16)
+        (tmp_path / f"{name}.npy").write_bytes(raw)
+        with pytest.raises(af.BadInput, match="shape") as info:
+            af.read_npy(tmp_path / f"{name}.npy").to_list()
+        assert info.value.path == str(tmp_path / f"{name}.npy")
+    (tmp_path / "ok.npy").write_bytes(good)
+    files = af.list_files(str(tmp_path / "*.npy"))
+    with files.flat_map(lambda f: af.read_npy(f, on_error="skip")).iter() as it:
+        assert [a.tolist() for a in it] == [[0.0] * 4]
+        assert sum(s.errors_skipped for s in it.stats()) == 2
+
+
+DTYPES = [
+    np.dtype([("a", "<i4"), ("b", "<f8", (2, 3))]),
+    np.dtype([("outer", [("x", "u1"), ("y", ">c16")]), ("s", "S3"), ("u", "<U2")]),
+    np.dtype([('it\'s "q" é', "<i2")]),
+    np.dtype("<M8[ms]"),
+    np.dtype({"names": ["a", "b"], "formats": ["<i4", "<i2"], "offsets": [0, 8], "itemsize": 12}),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_headers_numpy_writes_parse_as_numpy_reads_them(tmp_path, dtype):
+    want = np.zeros((2, 1), dtype=dtype)
+    path = tmp_path / "a.npy"
+    np.save(path, want)
+    (got,) = af.read_npy(path).to_list()
+    assert got.dtype == np.load(path).dtype and got.shape == (2, 1)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_headers_parsed_in_many_threads_at_once_never_trip_the_ast_race():
+    # CPython 3.11's AST constructor keeps its recursion depth in state shared by threads:
+    # ast.literal_eval in threads at different stack depths, with a thread switch inside
+    # (here: finalizers that sleep during a GC), fails with "recursion depth mismatch".
+    import gc
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aioflow.io.npy import parse_npy
+
+    data = save_bytes(np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8", (2,)), ("c", "S2")]))
+
+    class Yields:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: freed by the GC, which runs __del__ mid-allocation
+
+        def __del__(self) -> None:
+            time.sleep(0)
+
+    def at_depth(n: int) -> object:
+        if n:
+            return at_depth(n - 1)
+        Yields()
+        return parse_npy(io.BytesIO(data), "x.npy").shape
+
+    old = gc.get_threshold()
+    gc.set_threshold(20)
+    try:
+        with ThreadPoolExecutor(4) as ex:
+            shapes = list(ex.map(at_depth, [i % 40 for i in range(8000)]))
+    finally:
+        gc.set_threshold(*old)
+    assert shapes == [(3,)] * 8000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
+        "{'descr': [('a', '<i4'), ('b', '|S2', (2,))], 'fortran_order': True, 'shape': ()}",
+        r"""{'descr': [('\x00\u00e9\'"\n\\', '<i4')], 'shape': (1,), 'x': None}""",
+        '{"descr": "<f8", "shape": (7), "fortran_order": False}',
+        "[[], (), {}, (1,), -5]",
+    ],
+)
+def test_the_header_parser_agrees_with_literal_eval(text):
+    import ast
+
+    from aioflow.io.npy import _literal
+
+    assert _literal(text) == ast.literal_eval(text)
+
+
+@pytest.mark.parametrize("text", ["{'a': 1", "{'a' 1}", "(1 2)", "[1,,]", "x", "{'a': 1} 2"])
+def test_the_header_parser_refuses_what_is_not_a_literal(text):
+    from aioflow.io.npy import _literal
+
+    with pytest.raises((ValueError, IndexError, KeyError)):
+        _literal(text)

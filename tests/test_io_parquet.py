@@ -45,3 +45,22 @@ def test_read_parquet_missing_file_and_break_leave_no_file_open(table_path, tmp_
             break
     assert_fds_back_to(before, tmp_path)
     assert af.read_parquet(path).take(3).map(lambda r: r["i"]).to_list() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("damage", ["not-parquet", "cut", "footer", "data"])
+def test_a_corrupt_parquet_file_is_bad_input_naming_it(table_path, damage):
+    path, _ = table_path
+    raw = path.read_bytes()
+    if damage == "not-parquet":
+        raw = b"hello, world\n" * 10
+    elif damage == "cut":
+        raw = raw[: len(raw) // 2]
+    elif damage == "footer":
+        raw = raw[:-30] + bytes(26) + raw[-4:]
+    else:
+        raw = raw[:1001] + b"\xff" * 16 + raw[1017:]  # inside the first data page
+    path.write_bytes(raw)
+    with pytest.raises(af.BadInput, match="corrupt Parquet") as info:
+        af.read_parquet(path).to_list()
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    assert info.value.stage == "read_parquet" and info.value.__cause__ is not None

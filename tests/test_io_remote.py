@@ -109,3 +109,15 @@ def test_read_parquet_on_a_memory_url():
         ]
     finally:
         fs.rm("/aioflow-test-pq", recursive=True)
+
+
+@pytest.mark.parametrize("status", [500, 503, 403])
+def test_an_http_error_other_than_404_is_reported_as_such_not_as_missing(served, status):
+    _, url = served
+    for read in (af.read_lines, af.read_bytes):
+        with pytest.raises(OSError, match=f"HTTP {status}") as info:
+            read(f"{url}/status/{status}/lines.txt").to_list()
+        assert not isinstance(info.value, FileNotFoundError)
+        assert f"status/{status}/lines.txt" in str(info.value)
+    with pytest.raises(FileNotFoundError, match="No such file"):
+        af.read_lines(f"{url}/status/404/lines.txt").to_list()

@@ -133,3 +133,95 @@ def test_a_gzipped_tar_is_read_as_a_stream(tmp_path):
     got = af.read_tar(path, compression_type="GZIP").to_list()
     assert [s["__key__"] for s in got] == ["a", "b"]
     assert got[0] == {"__key__": "a", "x": b"1", "y": b"2"} and len(got[1]["x"]) == 2_000_000
+
+
+def _header(name: str, size: int, kind: bytes = tarfile.REGTYPE) -> bytearray:
+    info = tarfile.TarInfo(name)
+    info.size, info.type = size, kind
+    return bytearray(info.tobuf(tarfile.USTAR_FORMAT))
+
+
+def _member(name: str, data: bytes, kind: bytes = tarfile.REGTYPE) -> bytes:
+    pad = -len(data) % 512
+    return bytes(_header(name, len(data), kind)) + data + bytes(pad)
+
+
+def _rechecksum(block: bytearray) -> bytes:
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+@pytest.mark.parametrize(
+    "record", [b"0 path=x\n", b"-5 path=x.y\n", b"99 path=x.y\n", b"abc\n"], ids=repr
+)
+def test_a_bad_pax_record_length_is_bad_input_naming_its_offset(tmp_path, record):
+    path = tmp_path / "a.tar"
+    first = _member("a.x", b"1") + _member("b.x", b"2")  # b may go on after the bad header
+    pax = _member("././@PaxHeader", record, tarfile.XHDTYPE)
+    path.write_bytes(first + pax + _member("c.x", b"3") + bytes(1024))
+    with pytest.raises(af.BadInput, match="pax") as info:
+        af.read_tar(path).to_list()
+    assert info.value.offset == len(first) and str(path) in str(info.value)
+    with af.read_tar(path, on_error="skip").iter() as it:
+        assert list(it) == [{"__key__": "a", "x": b"1"}]
+        assert it.stats()["read_tar"].errors_skipped == 1
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_negative_member_size_is_bad_input_and_not_a_loop(tmp_path, on_error):
+    path = tmp_path / "a.tar"
+    first = _member("a.x", b"1") + _member("b.x", b"2")
+    head = _header("c.x", 0)
+    head[124:136] = b"\xff" * 12  # base-256: -1
+    path.write_bytes(first + _rechecksum(head) + _member("d.x", b"4") + bytes(1024))
+    p = af.read_tar(path, on_error=on_error)
+    if on_error == "raise":
+        with pytest.raises(af.BadInput, match="size -1") as info:
+            p.to_list()
+        assert info.value.offset == len(first) and str(path) in str(info.value)
+    else:
+        assert p.to_list() == [{"__key__": "a", "x": b"1"}]
+
+
+def test_a_negative_size_in_a_pax_header_is_bad_input(tmp_path):
+    path = tmp_path / "a.tar"
+    pax = _member("././@PaxHeader", b"12 size=-10\n", tarfile.XHDTYPE)
+    path.write_bytes(pax + _member("b.x", b"2") + bytes(1024))
+    with pytest.raises(af.BadInput, match="size -10") as info:
+        af.read_tar(path).to_list()
+    assert info.value.offset == 512 * 2
+
+
+@pytest.mark.parametrize("cut", [100, 512 + 3], ids=["in-header", "in-data"])
+def test_a_tar_cut_in_the_first_member_of_a_sample_still_delivers_the_one_before(tmp_path, cut):
+    path = tmp_path / "a.tar"
+    members = [(f"{i}.{e}", b"z" * 700) for i in range(6) for e in ("x", "y")]
+    offsets = write_tar(path, members, tarfile.GNU_FORMAT)
+    path.write_bytes(path.read_bytes()[: offsets[10] + cut])  # inside member 5.x
+    got = []
+    with pytest.raises(af.BadInput, match="truncated tar") as info:
+        for s in af.read_tar(path):
+            got.append(s["__key__"])
+    assert info.value.offset == offsets[10]
+    want = ["0", "1", "2", "3", "4"] if cut > 512 else ["0", "1", "2", "3"]  # a cut header
+    assert got == want  # has no name: the sample before it may go on
+    assert [s["__key__"] for s in af.read_tar(path, on_error="skip")] == want
+
+
+def test_a_cut_gzipped_tar_raises_and_skip_keeps_the_complete_samples(tmp_path):
+    path = tmp_path / "a.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for i in range(200):
+            info = tarfile.TarInfo(f"{i:03d}.x")
+            data = os.urandom(3000)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(af.BadInput, match="truncated compressed stream"):
+        af.read_tar(path, compression_type="GZIP").to_list()
+    with af.read_tar(path, compression_type="GZIP", on_error="skip").iter() as it:
+        got = [s["__key__"] for s in it]
+        assert it.stats()["read_tar"].errors_skipped == 1
+    assert 50 < len(got) < 200 and got == [f"{i:03d}" for i in range(len(got))]

@@ -167,3 +167,19 @@ def test_reads_files_written_by_tensorflow(tmp_path):
             for rec in RECORDS[:300]:
                 w.write(rec)
         assert af.read_tfrecord(path + kind, compression_type=kind).to_list() == RECORDS[:300]
+
+
+def test_a_cut_gzip_file_raises_and_skip_keeps_the_records_before(tmp_path):
+    rng = random.Random(0)
+    recs = [rng.randbytes(1000) for _ in range(2000)]
+    write_records(tmp_path / "a.tfrecord", recs)
+    raw = gzip.compress((tmp_path / "a.tfrecord").read_bytes())
+    path = tmp_path / "a.gz"
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(af.BadInput, match="truncated compressed stream") as info:
+        af.read_tfrecord(path, compression_type="GZIP").to_list()
+    assert info.value.path == str(path)
+    with af.read_tfrecord(path, compression_type="GZIP", on_error="skip").iter() as it:
+        got = list(it)
+        assert it.stats()["read_tfrecord"].errors_skipped == 1
+    assert 100 < len(got) < 2000 and got == recs[: len(got)]

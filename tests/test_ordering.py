@@ -120,12 +120,30 @@ def test_streaming_sort_beyond_its_bound_is_a_permutation_not_a_sort():
 
 
 def test_streaming_sort_is_stable_and_reverses():
-    items = [(1, "a"), (0, "b"), (1, "c"), (0, "d"), (2, "e")]
+    # ties whose own order is the reverse of their arrival: comparing them would show
+    items = [(1, "z"), (0, "y"), (1, "c"), (0, "b"), (2, "a"), (1, "a")]
     key = lambda t: t[0]  # noqa: E731
     got = af.from_iterable(items).sort_by(key, buffer_size=10).to_list()
     assert got == sorted(items, key=key)
     rev = af.from_iterable(items).sort_by(key, buffer_size=10, reverse=True).to_list()
     assert rev == sorted(items, key=key, reverse=True)
+
+
+class Opaque:
+    """An item that cannot be ordered: a sort that compares items fails on it."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+@pytest.mark.parametrize("buffer_size", [3, 100, None])
+def test_sort_never_compares_the_items_themselves(buffer_size):
+    items = [Opaque(k) for k in [2, 1, 2, 0, 1, 2, 0, 0]]
+    p = af.from_iterable(items).sort_by(lambda o: o.key, buffer_size=buffer_size)
+    got = p.to_list()
+    if buffer_size != 3:
+        assert got == sorted(items, key=lambda o: o.key)  # stable, by identity
+    assert sorted(map(id, got)) == sorted(map(id, items))
 
 
 def test_streaming_sort_of_empty_input_and_cardinality():
@@ -167,17 +185,17 @@ def test_bounded_lateness_input_comes_out_sorted(delays, buffer_size):
 @FEW
 @given(keys=st.lists(st.integers(0, 5), max_size=80), buffer_size=st.integers(1, 10))
 def test_streaming_sort_with_ties_is_exact_within_its_bound(keys, buffer_size):
-    items = list(enumerate(keys))
+    items = [(-i, k) for i, k in enumerate(keys)]  # ties' own order: the reverse of arrival
     key = lambda t: t[1]  # noqa: E731
     out = af.from_iterable(items).sort_by(key, buffer_size=buffer_size).to_list()
-    assert sorted(out) == items
+    assert sorted(out, reverse=True) == items
     if sort_lateness(items, key) <= buffer_size:
         assert out == sorted(items, key=key)
 
 
 # -- sort_by without a buffer: the external sort ---------------------------------------------
 def test_full_sort_in_memory_is_stable():
-    items = [(2, "a"), (1, "b"), (2, "c"), (1, "d")]
+    items = [(2, "d"), (1, "c"), (2, "b"), (1, "a")]
     key = lambda t: t[0]  # noqa: E731
     assert af.from_iterable(items).sort_by(key).to_list() == sorted(items, key=key)
     assert af.from_iterable(items).sort_by(key, reverse=True).to_list() == sorted(
@@ -286,7 +304,7 @@ def test_sort_by_rejects_bad_sizes(kw):
     reverse=st.booleans(),
 )
 def test_external_sort_equals_sorted_and_leaves_no_file(keys, max_in_memory, reverse):
-    items = list(enumerate(keys))
+    items = [(-i, k) for i, k in enumerate(keys)]  # ties' own order: the reverse of arrival
     key = lambda t: t[1]  # noqa: E731
     with tempfile.TemporaryDirectory() as d:
         p = af.from_iterable(items).sort_by(

@@ -458,3 +458,15 @@ async def test_prefetch_produces_ahead_of_the_consumer_within_its_bound(no_leaks
         assert 6 <= produced <= p.max_inflight()
         rest = [x async for x in it]
     assert rest == list(range(1, 1000))
+
+
+@pytest.mark.parametrize("bad", [0, -2, -5, True, 2.0, "4", None])
+def test_concurrency_must_be_a_positive_int_or_autotune(bad):
+    with pytest.raises(af.PipelineError, match="positive int or af.AUTOTUNE"):
+        af.range(3).map(lambda x: x, concurrency=bad)
+
+
+@pytest.mark.parametrize("executor", [None, "thread"])
+def test_concurrency_autotune_is_accepted_and_runs(executor):
+    p = af.range(300).map(lambda x: x + 1, concurrency=af.AUTOTUNE, executor=executor)
+    assert p.to_list() == list(range(1, 301))

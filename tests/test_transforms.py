@@ -443,6 +443,10 @@ EVERY_OP = {
     "map": lambda p: p.map(lambda x: x + 1),
     "map-async": lambda p: p.map(_aid, concurrency=4),
     "map-thread": lambda p: p.map(lambda x: x, executor="thread", concurrency=2),
+    "map-unordered": lambda p: p.map(_aid, concurrency=4, ordered=False),
+    "map-thread-unordered": lambda p: p.map(
+        lambda x: x, executor="thread", concurrency=2, ordered=False
+    ),
     "filter": lambda p: p.filter(lambda x: x % 2),
     "flat_map": lambda p: p.flat_map(lambda x: [x, x]),
     "scan": lambda p: p.scan(0, lambda s, x: (s + x, s)),
@@ -462,12 +466,16 @@ EVERY_OP = {
 }
 
 
-@pytest.mark.parametrize("op", EVERY_OP.values(), ids=EVERY_OP.keys())
-def test_every_operator_gives_nothing_for_empty_input_and_the_same_epoch_twice(op):
+@pytest.mark.parametrize("name", EVERY_OP)
+def test_every_operator_gives_nothing_for_empty_input_and_the_same_epoch_twice(name):
+    op = EVERY_OP[name]
     assert op(af.range(0)).to_list() == []
     p = op(af.range(50))
+    same = sorted if "unordered" in name else list  # the same items, in any order
     first = p.to_list()
-    assert first and p.to_list() == first
+    assert first and same(p.to_list()) == same(first)
+    if "unordered" in name:
+        assert sorted(first) == list(range(50))
 
 
 @pytest.mark.parametrize("op", EVERY_OP.values(), ids=EVERY_OP.keys())

@@ -8,6 +8,7 @@ the next block. Lines are numbered from 1 for error messages.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import errno
 import glob
 import json
@@ -23,6 +24,7 @@ from ..pipeline import Pipeline
 from ._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
+    ByteStream,
     bad_input,
     check_compression,
     check_path,
@@ -142,12 +144,16 @@ async def _line_blocks(
     path: str, ctx: Ctx, encoding: str, compression: str | None
 ) -> AsyncIterator[tuple[int, list[Any], bool]]:
     """``(number of its first line, lines, has undecodable lines)`` for each block."""
+    encoding, bom = _codec(encoding)
     async with open_stream(path, ctx, compression) as s:
         rest = bytearray()
         lineno = 1
         block = BLOCK_MIN
         while True:
             data = await s.read(block)
+            if bom:  # utf-8-sig: a BOM at the start of the file is dropped
+                data = await _drop_bom(s, data)
+                bom = False
             if block < BLOCK_MAX:
                 block *= 2
             if not data:
@@ -170,8 +176,27 @@ async def _line_blocks(
             lineno += len(lines)
 
 
+def _codec(encoding: str) -> tuple[str, bool]:
+    """The codec blocks are decoded with, and whether a leading BOM is dropped first.
+
+    ``utf-8-sig`` decodes block by block as ``utf-8`` (its BOM is at the file's start only).
+    """
+    if codecs.lookup(encoding).name == "utf-8-sig":
+        return "utf-8", True
+    return encoding, False
+
+
+async def _drop_bom(s: ByteStream, data: bytes) -> bytes:
+    while len(data) < len(codecs.BOM_UTF8) and data:  # a first read of 1 or 2 bytes
+        more = await s.read(BLOCK_MIN)
+        if not more:
+            break
+        data += more
+    return data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+
+
 def _check_encoding(encoding: str) -> str:
-    if "\n".encode(encoding) != b"\n":
+    if "\n".encode(_codec(encoding)[0]) != b"\n":
         raise PipelineError(f"read_lines needs an ASCII-compatible encoding, got {encoding!r}")
     return encoding
 
@@ -191,6 +216,7 @@ def read_lines(
     skipped with ``on_error="skip"`` (or an int max_failures). A missing file raises
     ``FileNotFoundError``; a URL is read through fsspec (extra ``remote``).
     ``compression_type`` ("GZIP" or "ZLIB", as in tf.data) decompresses as it reads.
+    ``encoding="utf-8-sig"`` drops a byte-order mark at the start of the file.
 
     Example:
         >>> import pathlib, tempfile, aioflow as af
@@ -234,7 +260,8 @@ def read_jsonl(
     A line that is not JSON raises ``af.BadInput`` (a ``ValueError``) naming
     ``path:line``, with the ``json.JSONDecodeError`` as its cause; with
     ``on_error="skip"`` such lines are skipped, counted in the stage's stats and logged
-    once, and every good line still arrives. ``compression_type``: as in ``read_lines``.
+    once, and every good line still arrives. ``compression_type`` and ``encoding``
+    (``"utf-8-sig"`` for a file that starts with a BOM): as in ``read_lines``.
 
     Example:
         >>> import pathlib, tempfile, aioflow as af

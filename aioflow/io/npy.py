@@ -6,15 +6,19 @@ its size once. A local file is read by one call in the loop's thread pool (open,
 data, close): the item is the whole array anyway, and one hop per file instead of three
 is what makes thousands of small files fast. A URL is read through fsspec, then parsed.
 Object arrays are refused (they would need pickle, as ``np.load`` with its default
-``allow_pickle=False``).
+``allow_pickle=False``). The header, a Python dict literal, is parsed by ``_literal`` here,
+not by ``ast.literal_eval``: CPython 3.11's AST constructor keeps its recursion depth in
+state that threads share, so ``literal_eval`` in several threads at once can fail with
+``SystemError: AST constructor recursion depth mismatch``. A shape whose data is larger
+than the file is ``BadInput`` before anything is allocated.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import io
 import os
+import re
 import struct
 from typing import Any
 
@@ -31,13 +35,92 @@ __all__ = ["load_npy", "parse_npy", "read_npy"]
 _MAGIC = b"\x93NUMPY"
 
 
+_TOKEN = re.compile(
+    r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<int>-?\d+)(?![\w.])"""
+    r"""|(?P<name>True|False|None)\b|(?P<punct>[{}()\[\]:,]))"""
+)
+_NAMES = {"True": True, "False": False, "None": None}
+_CLOSE = {"{": "}", "(": ")", "[": "]"}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
+
+
+def _unquote(s: str) -> str:
+    """The value of a quoted string token (the escapes ``repr`` writes)."""
+    body, out, i = s[1:-1], [], 0
+    while i < len(body):
+        c, i = body[i], i + 1
+        if c != "\\":
+            out.append(c)
+            continue
+        e, i = body[i], i + 1
+        if e in "xu":  # \xhh, \uhhhh
+            n = 2 if e == "x" else 4
+            out.append(chr(int(body[i : i + n], 16)))
+            i += n
+        elif e in _ESCAPES:
+            out.append(_ESCAPES[e])
+        else:
+            raise ValueError(f"escape \\{e}")
+    return "".join(out)
+
+
+def _literal(text: str) -> Any:
+    """The value of a .npy header: dicts, lists, tuples, str, int, True/False/None."""
+    pos = 0
+
+    def token() -> tuple[str, str]:
+        nonlocal pos
+        m = _TOKEN.match(text, pos)
+        if m is None or m.lastgroup is None:
+            raise ValueError(f"unexpected {text[pos : pos + 20]!r}")
+        pos = m.end()
+        return m.lastgroup, m.group(m.lastgroup)
+
+    def value(kind: str, tok: str) -> Any:
+        if kind == "str":
+            return _unquote(tok)
+        if kind == "int":
+            return int(tok)
+        if kind == "name":
+            return _NAMES[tok]
+        if tok not in _CLOSE:
+            raise ValueError(f"unexpected {tok!r}")
+        items: list[Any] = []
+        commas = 0
+        while True:
+            kind, t = token()
+            if t == _CLOSE[tok] and kind == "punct":
+                break
+            items.append(value(kind, t))
+            if tok == "{":
+                if token()[1] != ":":
+                    raise ValueError("':' expected")
+                items.append(value(*token()))
+            kind, t = token()
+            if t == _CLOSE[tok]:
+                break
+            if t != ",":
+                raise ValueError(f"',' expected, got {t!r}")
+            commas += 1
+        if tok == "{":
+            return dict(zip(items[::2], items[1::2], strict=True))
+        if tok == "(":
+            return items[0] if len(items) == 1 and not commas else tuple(items)
+        return items
+
+    out = value(*token())
+    if text[pos:].strip():
+        raise ValueError(f"unexpected {text[pos : pos + 20]!r}")
+    return out
+
+
 def _header(path: str, raw: bytes, version: int) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
     def bad(what: str) -> BadInput:
         return bad_input(None, path, f"bad .npy header: {what}", offset=0)
 
     try:
-        d = ast.literal_eval(raw.decode("utf-8" if version >= 3 else "latin1"))
-    except (ValueError, SyntaxError, UnicodeDecodeError) as e:
+        d = _literal(raw.decode("utf-8" if version >= 3 else "latin1"))
+    except (ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
         raise bad(str(e)) from e
     if not isinstance(d, dict) or not {"descr", "fortran_order", "shape"} <= d.keys():
         raise bad(f"{raw[:80]!r}")
@@ -91,6 +174,15 @@ def parse_npy(f: io.BufferedIOBase, path: str) -> np.ndarray[Any, Any]:
     for n in shape:
         count *= n
     nbytes = count * dtype.itemsize
+    left = _remaining(f)
+    if left is not None and nbytes > left:
+        raise bad_input(
+            None,
+            path,
+            f"truncated .npy data: shape {shape} of {dtype} needs {nbytes} bytes,"
+            f" the file has {left}",
+            offset=start + hlen + left,  # where the file ends, as for a cut read
+        )
     flat = np.empty(nbytes, np.uint8)
     mv = flat.data
     got = 0
@@ -106,6 +198,17 @@ def parse_npy(f: io.BufferedIOBase, path: str) -> np.ndarray[Any, Any]:
         got += k
     arr = flat.view(dtype)
     return arr.reshape(shape[::-1]).T if fortran else arr.reshape(shape)
+
+
+def _remaining(f: io.BufferedIOBase) -> int | None:
+    """Bytes left in ``f`` if it can say (a local file, a BytesIO), else None."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        if not isinstance(f, io.BytesIO):
+            return None
+        size = f.getbuffer().nbytes
+    return max(size - f.tell(), 0)
 
 
 def _load_local(path: str) -> np.ndarray[Any, Any]:

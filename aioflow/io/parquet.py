@@ -3,21 +3,24 @@
 pyarrow's reader is synchronous, so every step of it (opening, reading the next batch,
 turning it into rows, closing) runs in the loop's default thread pool, one at a time:
 the loop is never blocked, and when the reader is closed early it waits for the step in
-flight before closing the file (at most one batch read).
+flight before closing the file (at most one batch read). A file pyarrow cannot parse
+(``ArrowInvalid``, or an ``OSError`` without an errno: a thrift footer or a page that does
+not decode) raises ``BadInput`` naming it, with pyarrow's error as the cause.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._calls import ErrorPolicy
-from .._runtime import ChunkIter, Ctx
-from ..errors import PipelineError
+from .._runtime import ChunkIter, Ctx, aclosing
+from ..errors import BadInput, PipelineError
 from ..pipeline import Pipeline
-from ._streams import is_url, local_path, reader
+from ._streams import bad_input, is_url, local_path, reader
 from .files import chunked
 
 __all__ = ["read_parquet"]
@@ -29,6 +32,18 @@ def _pyarrow_parquet() -> Any:
     except ImportError as e:
         raise ImportError("read_parquet needs pyarrow: pip install 'aioflow[parquet]'") from e
     return pq
+
+
+@contextlib.contextmanager
+def _named(path: str) -> Iterator[None]:
+    """Turn pyarrow's "cannot parse this" into ``BadInput`` naming ``path``."""
+    try:
+        yield
+    except Exception as e:
+        invalid = type(e).__name__ == "ArrowInvalid" or (type(e) is OSError and e.errno is None)
+        if not invalid:
+            raise  # a missing file, a permission: as they are
+        raise bad_input(None, path, f"corrupt Parquet file: {e}") from e
 
 
 class _ParquetReader:
@@ -44,8 +59,10 @@ class _ParquetReader:
             source: Any = self.raw
         else:
             source = local_path(path)
+        self.path = path
         try:
-            self.pf = pq.ParquetFile(source)
+            with _named(path):
+                self.pf = pq.ParquetFile(source)
             self.it = self.pf.iter_batches(
                 batch_size=batch_size, columns=list(columns) if columns is not None else None
             )
@@ -54,10 +71,12 @@ class _ParquetReader:
             raise
 
     def next_batch(self) -> Any:
-        return next(self.it, None)
+        with _named(self.path):
+            return next(self.it, None)
 
     def next_rows(self) -> list[dict[str, Any]] | None:
-        b = next(self.it, None)
+        with _named(self.path):
+            b = next(self.it, None)
         return None if b is None else b.to_pylist()
 
     def close(self) -> None:
@@ -104,6 +123,15 @@ def read_parquet(
     cols = tuple(columns) if columns is not None else None
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
+        try:
+            async with aclosing(_read(p, ctx)) as chunks:
+                async for c in chunks:
+                    yield c
+        except BadInput as e:
+            e.stage = ctx.name
+            raise
+
+    async def _read(p: str, ctx: Ctx) -> ChunkIter:
         loop = asyncio.get_running_loop()
         opening = loop.run_in_executor(None, _ParquetReader, p, cols, batch_size)
         try:

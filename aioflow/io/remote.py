@@ -10,6 +10,7 @@ ends. A synchronous one (``memory://``, ...) is read in the loop's thread pool.
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import weakref
 from typing import Any
@@ -135,8 +136,38 @@ class _ThreadStream:
         await asyncio.get_running_loop().run_in_executor(None, self._f.close)
 
 
+def _http_status(e: BaseException) -> int | None:
+    """The HTTP status behind an error (fsspec's HTTP ``_info`` turns every failure into
+    ``FileNotFoundError``, the aiohttp response error as its cause), if there is one."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        status = getattr(cur, "status", None)
+        if isinstance(status, int):
+            return status
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _missing_or_http_error(url: str, e: BaseException) -> OSError:
+    """``FileNotFoundError`` for a missing file; an HTTP error says its status instead."""
+    status = _http_status(e)
+    if status is None or status in (404, 410):
+        return FileNotFoundError(errno.ENOENT, f"No such file: {url!r}", url)
+    kind = "server error" if status >= 500 else "client error"
+    msg = f"HTTP {status} ({kind}) for {url!r}"
+    if status in (401, 403):
+        return PermissionError(errno.EACCES, msg, url)
+    return OSError(errno.EIO, msg, url)
+
+
 async def open_url(url: str, ctx: Ctx) -> ByteStream:
-    """Open a URL for reading bytes (``FileNotFoundError`` naming it when it is missing)."""
+    """Open a URL for reading bytes (``FileNotFoundError`` naming it when it is missing).
+
+    An HTTP error other than 404/410 raises ``OSError`` (``PermissionError`` for 401 and
+    403) saying its status, e.g. ``HTTP 500 (server error)``.
+    """
     fs = await _filesystem(url, ctx)
     path = type(fs)._strip_protocol(url)
     if getattr(fs, "async_impl", False):
@@ -145,7 +176,7 @@ async def open_url(url: str, ctx: Ctx) -> ByteStream:
         try:
             info = await fs._info(path)
         except FileNotFoundError as e:
-            raise FileNotFoundError(2, f"No such file: {url!r}", url) from e
+            raise _missing_or_http_error(url, e) from e
         kw = {"size": info.get("size")} if protocol_of(url) in ("http", "https") else {}
         try:
             f = await fs.open_async(path, "rb", **kw)

@@ -20,6 +20,7 @@ from typing import Any
 
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
+from ..errors import BadInput
 from ..pipeline import Pipeline
 from ._streams import Buffered, bad_input, check_compression, open_stream, reader
 
@@ -43,16 +44,23 @@ def split_key(name: str) -> tuple[str, str] | None:
 
 
 def _pax(data: bytes) -> dict[str, str]:
-    """The records of a pax extended header: ``"%d %s=%s\\n"``."""
+    """The records of a pax extended header: ``"%d %s=%s\\n"`` (ValueError if malformed)."""
     out: dict[str, str] = {}
     pos = 0
     while pos < len(data) and data[pos] != 0:
         sp = data.index(b" ", pos)
         n = int(data[pos:sp])
+        if n <= sp - pos or pos + n > len(data) or data[pos + n - 1] != 0x0A:
+            raise ValueError(f"a record of length {n}")  # 0 or negative would never end
         k, _, v = data[sp + 1 : pos + n - 1].partition(b"=")
         out[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "surrogateescape")
         pos += n
     return out
+
+
+def _key_of(name: str) -> str | None:
+    split = split_key(name)
+    return split[0] if split else None
 
 
 def read_tar(
@@ -67,7 +75,9 @@ def read_tar(
     file and the byte offset of the member's header; a member name repeated within one
     sample too. With ``on_error="skip"`` a sample with a repeated member is dropped and
     reading goes on; after a broken header or a truncation the rest of the file is
-    dropped (and the sample cut short with it). Either is counted and logged once.
+    dropped (and the sample cut short with it; a sample already complete before a member
+    of the next one is cut still comes out). A malformed pax record or a negative member
+    size is a broken header. Either is counted and logged once.
     ``compression_type="GZIP"`` reads a ``.tar.gz`` shard as a stream.
 
     Example:
@@ -94,13 +104,23 @@ def read_tar(
         async with open_stream(p, ctx, comp) as s:
             buf = Buffered(s)
             problem = None
+            broken: BadInput | None = None  # a compressed stream that is cut or corrupt
+
+            async def fill(n: int) -> bool:
+                nonlocal broken
+                try:
+                    return await buf.fill(n)
+                except BadInput as e:
+                    broken = e
+                    return False
+
             while True:
                 at = buf.offset  # where the next header starts
                 if out and buf.available < _BLOCK:
                     yield out  # before waiting for the next read
                     out = []
-                if not await buf.fill(_BLOCK):
-                    if buf.available:
+                if not await fill(_BLOCK):
+                    if buf.available or broken is not None:
                         problem = f"truncated tar: a {buf.available}-byte partial header"
                     break
                 head = bytes(buf.buf[buf.pos : buf.pos + _BLOCK])
@@ -117,8 +137,15 @@ def read_tar(
                 except ValueError:
                     problem = f"bad size {pax['size']!r} in a pax header"
                     break
+                if size < 0:  # base-256 or pax: a negative size would read backwards
+                    problem = f"bad member size {size}"
+                    break
                 padded = -(-size // _BLOCK) * _BLOCK
-                if not await buf.fill(size):
+                if not await fill(size):
+                    member = longname or pax.get("path") or info.name
+                    if sample is not None and _key_of(member) != key:
+                        out.append(sample)  # the cut member starts another sample
+                        sample = None
                     problem = (
                         f"truncated tar: member {info.name!r} has {size} bytes,"
                         f" the file ends after {buf.available}"
@@ -133,8 +160,8 @@ def read_tar(
                     if info.type != tarfile.XGLTYPE and info.type != tarfile.GNUTYPE_LONGLINK:
                         try:
                             pax = _pax(data)
-                        except ValueError:
-                            problem = "bad pax header"
+                        except ValueError as e:
+                            problem = f"bad pax header ({e})"
                             break
                     continue
                 name = longname or pax.get("path") or info.name
@@ -172,7 +199,7 @@ def read_tar(
             if out:
                 yield out
             if problem is not None:
-                err = bad_input(ctx, p, problem, offset=at)
+                err = broken or bad_input(ctx, p, problem, offset=at)
                 if not policy.skip(err, ctx, index):
                     raise err
 

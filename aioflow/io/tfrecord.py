@@ -17,6 +17,7 @@ from typing import Any
 
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
+from ..errors import BadInput
 from ..pipeline import Pipeline
 from ._streams import Buffered, bad_input, check_compression, open_stream, reader
 
@@ -119,7 +120,8 @@ def read_tfrecord(
     framing itself is lost (bad length, truncated file) the rest of the file is skipped.
     Either is counted in the stage's stats and logged once; every good record arrives.
     ``compression_type`` ("GZIP" or "ZLIB") reads compressed files, as tf.data does
-    (offsets are then in the decompressed stream).
+    (offsets are then in the decompressed stream); a compressed stream that is cut or
+    corrupt is ``BadInput`` too, and ``skip`` keeps the records before it.
 
     Example:
         >>> import os, struct, tempfile, aioflow as af
@@ -155,7 +157,13 @@ def read_tfrecord(
                     continue
                 if len(out) >= CHUNK_MAX:
                     continue
-                if not await buf.read_block():
+                try:
+                    more = await buf.read_block()
+                except BadInput as cut:  # a compressed stream cut or corrupt
+                    if not policy.skip(cut, ctx, index):
+                        raise
+                    return  # nothing after it can be read
+                if not more:
                     break
             if buf.available:
                 err = bad_input(
