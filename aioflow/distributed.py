@@ -1,0 +1,253 @@
+"""``Pipeline.distribute``: the part of a pipeline before it runs on a Dask cluster.
+
+Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
+(``_splits``); each split is one Dask task that runs the part before ``distribute`` over
+that split on a worker and returns its items. A consumer keeps at most
+``max_outstanding`` of its splits submitted or waiting to be read, and submits the next
+as soon as one is read, so the scheduler hands splits to whichever worker is free (a fast
+worker takes more). Everything that moves between machines is Dask's: its scheduler, its
+comms (numpy arrays are sent as out-of-band buffers), its failure detection.
+
+Exactly once per epoch: a split's items reach the consumer only when its task has
+finished, as one result. A worker that dies takes its unfinished tasks with it and the
+scheduler runs them again elsewhere (after ``distributed.scheduler.allowed-failures``
+deaths in a row a split fails with ``KilledWorker``); nothing of an unfinished split was
+delivered, so nothing is delivered twice. Several consumers (one per training rank) share
+an epoch's splits: consumer ``i`` of ``n`` takes splits ``i, i + n, i + 2n, ...``, disjoint
+and covering the epoch, in the same order in every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Sequence
+from concurrent.futures import CancelledError as FutureCancelled
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from ._meters import StageMeter
+from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from .errors import PipelineError, StageError
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["build_distribute", "run_split"]
+
+
+def _leaf(upstream: Pipeline[Any]) -> Node:
+    """The one source of the part to distribute; it must be splittable."""
+    leaves: dict[int, Node] = {}
+    stack, seen = [upstream], set()
+    while stack:
+        node = stack.pop()._node
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if not node.inputs:
+            leaves[id(node)] = node
+        stack.extend(node.inputs)
+    names = ", ".join(sorted(n.name for n in leaves.values()))
+    if len(leaves) != 1:
+        raise PipelineError(
+            f"distribute needs the part before it to read one source, not {len(leaves)}"
+            f" ({names}): cut it before the sources are combined"
+        )
+    (leaf,) = leaves.values()
+    if leaf.splits is None:
+        raise PipelineError(
+            f"distribute cannot split the source {leaf.name!r} into shares for the"
+            " workers; use a source that can be split (af.range, af.list_files)"
+        )
+    return leaf
+
+
+def _with_source(p: Pipeline[Any], leaf: Node, source: Pipeline[Any]) -> Pipeline[Any]:
+    """``p`` with ``leaf`` replaced by ``source`` (shared nodes stay shared)."""
+    from .pipeline import Pipeline
+
+    made: dict[int, Pipeline[Any]] = {}
+
+    def walk(q: Pipeline[Any]) -> Pipeline[Any]:
+        node = q._node
+        if node is leaf:
+            return source
+        if id(node) not in made:
+            inputs = tuple(walk(i) for i in node.inputs)
+            made[id(node)] = Pipeline(dataclasses.replace(node, inputs=inputs))
+        return made[id(node)]
+
+    return walk(p)
+
+
+def _where() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except Exception:  # not in a Dask worker (run_split called directly)
+        return f"pid {os.getpid()}"
+
+
+def run_split(job: bytes, epoch: int, index: int) -> tuple[list[Any], float, str]:
+    """On a worker: the items of split ``index``, the seconds it took, and where it ran."""
+    upstream, leaf, splits = cloudpickle.loads(job)
+    p = _with_source(upstream, leaf, splits.split(epoch, index))
+    t0 = perf_counter()
+    items = asyncio.run(p.collect())
+    return items, perf_counter() - t0, _where()
+
+
+class _Meters:
+    """Where a distributed epoch's time goes: one row per worker, and the overhead."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.workers: dict[str, StageMeter] = {}
+        self.overhead = self._child("scheduling and transfer")
+
+    def _child(self, what: str) -> StageMeter:
+        key = (self.ctx.meter.key, what)
+        m = self.ctx.run.meters[key] = StageMeter(f"{self.ctx.name} > {what}", key, task=True)
+        self.ctx.meter.adopt(m)
+        return m
+
+    def split_done(self, where: str, n: int, compute: float, round_trip: float) -> None:
+        m = self.workers.get(where)
+        if m is None:
+            m = self.workers[where] = self._child(f"worker {where}")
+            m.concurrency = 1
+        m.items_out += n
+        m.chunks_out += 1
+        m.t_calls += compute
+        self.ctx.meter.t_calls += round_trip
+        self.overhead.t_calls += max(0.0, round_trip - compute)
+        self.overhead.items_out += n
+
+
+def _split_error(e: BaseException, index: int, address: str) -> BaseException:
+    """A failed split: the user's exception as itself; the cluster's as a StageError."""
+    from distributed import KilledWorker
+
+    if isinstance(e, KilledWorker):
+        err = StageError(
+            f"distribute: split {index} was lost with a dying worker too many times"
+            f" (distributed.scheduler.allowed-failures): {e}"
+        )
+        err.__cause__ = e
+        return err
+    if isinstance(e, FutureCancelled | asyncio.CancelledError | OSError | TimeoutError):
+        err = StageError(
+            f"distribute: lost the Dask cluster at {address} while split {index} was"
+            f" running ({type(e).__name__}: {e})"
+        )
+        err.__cause__ = e
+        return err
+    e.add_note(f"aioflow: in split {index} of distribute, on the Dask cluster at {address}")
+    return e
+
+
+async def _read_splits(
+    ctx: Ctx, client: Any, job: bytes, mine: Sequence[int], window: int | None
+) -> ChunkIter:
+    from distributed import Client
+
+    epoch = ctx.open_index
+    address = client.scheduler.address
+    meters = _Meters(ctx)
+    dask = await Client(address, asynchronous=True, security=client.security, set_as_default=False)
+    running: dict[asyncio.Future[Any], tuple[int, float, Any]] = {}
+    try:
+        if window is None:
+            window = 2 * max(1, sum((await dask.nthreads()).values()))
+        ctx.meter.concurrency = meters.overhead.concurrency = window
+        todo = iter(mine)
+
+        def submit() -> None:
+            i = next(todo, None)
+            if i is not None:
+                fut = dask.submit(run_split, job, epoch, i, pure=False)
+                running[asyncio.ensure_future(_result(fut))] = (i, perf_counter(), fut)
+
+        for _ in range(window):
+            submit()
+        while running:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                i, t0, _fut = running.pop(t)
+                try:
+                    items, compute, where = t.result()
+                except BaseException as e:
+                    if isinstance(e, asyncio.CancelledError) and _cancelling():
+                        raise
+                    raise _split_error(e, i, address) from None
+                submit()
+                meters.split_done(where, len(items), compute, perf_counter() - t0)
+                for k in range(0, len(items), CHUNK_MAX):
+                    yield items[k : k + CHUNK_MAX]
+    finally:
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.wait(running)
+        for t in running:
+            if not t.cancelled():
+                t.exception()
+        try:
+            await asyncio.wait_for(dask.close(), 10)
+        except Exception:  # the cluster is gone: nothing left to release
+            pass
+
+
+async def _result(fut: Any) -> Any:
+    return await fut
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def build_distribute(
+    upstream: Pipeline[Any],
+    client: Any,
+    num_consumers: int | None,
+    consumer_index: int | None,
+    max_outstanding: int | None,
+) -> Node:
+    """The node of ``Pipeline.distribute`` (checks its arguments now, not when it runs)."""
+    from .transforms import shard_from_env
+
+    if not hasattr(client, "scheduler") or not hasattr(client, "submit"):
+        raise PipelineError(f"distribute needs a distributed.Client, got {type(client).__name__}")
+    if num_consumers is None or consumer_index is None:
+        env_n, env_i = shard_from_env()
+        num_consumers = env_n if num_consumers is None else num_consumers
+        consumer_index = env_i if consumer_index is None else consumer_index
+    if not 0 <= consumer_index < num_consumers:
+        raise PipelineError(
+            f"distribute needs 0 <= consumer_index < num_consumers,"
+            f" got {consumer_index} and {num_consumers}"
+        )
+    if max_outstanding is not None and max_outstanding < 1:
+        raise PipelineError(f"max_outstanding must be >= 1, got {max_outstanding}")
+    leaf = _leaf(upstream)
+    splits = leaf.splits
+    n, i = num_consumers, consumer_index
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        job = cloudpickle.dumps((upstream, leaf, splits))
+        mine = range(i, splits.count(ctx.open_index), n)
+        return _read_splits(ctx, client, job, mine, max_outstanding)
+
+    return Node(
+        "distribute",
+        build,
+        card=lambda _: UNKNOWN_CARD,
+        task=True,
+        key=(n, i, max_outstanding),
+    )
