@@ -1,8 +1,9 @@
 """``Pipeline.distribute``: the part of a pipeline before it runs on a Dask cluster.
 
 Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
-(``_splits``); each split is one Dask task that runs the part before ``distribute`` over
-that split on a worker and returns its items. A consumer keeps at most
+(``_splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
+as the epoch goes), runs the part before ``distribute`` over them on a worker and returns
+their items. A consumer keeps at most
 ``max_outstanding`` of its splits submitted or waiting to be read, and submits the next
 as soon as one is read, so the scheduler hands splits to whichever worker is free (a fast
 worker takes more). Everything that moves between machines is Dask's: its scheduler, its
@@ -24,6 +25,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from concurrent.futures import CancelledError as FutureCancelled
+from itertools import islice
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -93,10 +95,14 @@ def _where() -> str:
         return f"pid {os.getpid()}"
 
 
-def run_split(job: bytes, epoch: int, index: int) -> tuple[list[Any], float, str]:
-    """On a worker: the items of split ``index``, the seconds it took, and where it ran."""
+def run_split(job: bytes, epoch: int, indexes: list[int]) -> tuple[list[Any], float, str]:
+    """On a worker: the items of the splits ``indexes`` (read one after another as one
+    source), the seconds it took, and where it ran."""
+    from .combine import concat
+
     upstream, leaf, splits = cloudpickle.loads(job)
-    p = _with_source(upstream, leaf, splits.split(epoch, index))
+    parts = [splits.split(epoch, i) for i in indexes]
+    p = _with_source(upstream, leaf, parts[0] if len(parts) == 1 else concat(*parts))
     t0 = perf_counter()
     items = asyncio.run(p.collect())
     return items, perf_counter() - t0, _where()
@@ -129,26 +135,51 @@ class _Meters:
         self.overhead.items_out += n
 
 
-def _split_error(e: BaseException, index: int, address: str) -> BaseException:
+def _split_error(e: BaseException, indexes: list[int], address: str) -> BaseException:
     """A failed split: the user's exception as itself; the cluster's as a StageError."""
     from distributed import KilledWorker
 
+    index = f"{indexes[0]}" if len(indexes) == 1 else f"{indexes[0]}..{indexes[-1]}"
+
     if isinstance(e, KilledWorker):
         err = StageError(
-            f"distribute: split {index} was lost with a dying worker too many times"
+            f"distribute: split(s) {index} were lost with a dying worker too many times"
             f" (distributed.scheduler.allowed-failures): {e}"
         )
         err.__cause__ = e
         return err
     if isinstance(e, FutureCancelled | asyncio.CancelledError | OSError | TimeoutError):
         err = StageError(
-            f"distribute: lost the Dask cluster at {address} while split {index} was"
+            f"distribute: lost the Dask cluster at {address} while split(s) {index} were"
             f" running ({type(e).__name__}: {e})"
         )
         err.__cause__ = e
         return err
-    e.add_note(f"aioflow: in split {index} of distribute, on the Dask cluster at {address}")
+    e.add_note(f"aioflow: in split(s) {index} of distribute, on the Dask cluster at {address}")
     return e
+
+
+#: A Dask task takes as many splits as make about this much work (measured as it goes):
+#: enough to make the scheduler's per-task cost small, little enough to share the work.
+TASK_SECONDS = 0.2
+#: ... and at most this many.
+TASK_SPLITS = 64
+
+
+class _Sizer:
+    """How many splits the next task takes: one at first, then ~TASK_SECONDS of work."""
+
+    def __init__(self) -> None:
+        self.per_split: float | None = None
+
+    def size(self) -> int:
+        if self.per_split is None:
+            return 1
+        return max(1, min(TASK_SPLITS, int(TASK_SECONDS / max(self.per_split, 1e-6))))
+
+    def done(self, splits: int, seconds: float) -> None:
+        per = seconds / splits
+        self.per_split = per if self.per_split is None else 0.7 * self.per_split + 0.3 * per
 
 
 async def _read_splits(
@@ -160,7 +191,8 @@ async def _read_splits(
     address = client.scheduler.address
     meters = _Meters(ctx)
     dask = await Client(address, asynchronous=True, security=client.security, set_as_default=False)
-    running: dict[asyncio.Future[Any], tuple[int, float, Any]] = {}
+    running: dict[asyncio.Future[Any], tuple[list[int], float, Any]] = {}
+    sizer = _Sizer()
     try:
         if window is None:
             window = 2 * max(1, sum((await dask.nthreads()).values()))
@@ -168,23 +200,24 @@ async def _read_splits(
         todo = iter(mine)
 
         def submit() -> None:
-            i = next(todo, None)
-            if i is not None:
-                fut = dask.submit(run_split, job, epoch, i, pure=False)
-                running[asyncio.ensure_future(_result(fut))] = (i, perf_counter(), fut)
+            idx = list(islice(todo, sizer.size()))
+            if idx:
+                fut = dask.submit(run_split, job, epoch, idx, pure=False)
+                running[asyncio.ensure_future(_result(fut))] = (idx, perf_counter(), fut)
 
         for _ in range(window):
             submit()
         while running:
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
-                i, t0, _fut = running.pop(t)
+                idx, t0, _fut = running.pop(t)
                 try:
                     items, compute, where = t.result()
                 except BaseException as e:
                     if isinstance(e, asyncio.CancelledError) and _cancelling():
                         raise
-                    raise _split_error(e, i, address) from None
+                    raise _split_error(e, idx, address) from None
+                sizer.done(len(idx), compute)
                 submit()
                 meters.split_done(where, len(items), compute, perf_counter() - t0)
                 for k in range(0, len(items), CHUNK_MAX):

@@ -774,8 +774,8 @@ class Pipeline(Generic[T]):
 
         Example:
             >>> import aioflow as af, distributed
-            >>> with distributed.Client(n_workers=1, dashboard_address=None,
-            ...                         processes=False) as client:
+            >>> with distributed.Client(n_workers=1, processes=False,
+            ...                         dashboard_address=":0") as client:
             ...     sorted(af.range(10).map(lambda x: x * x).distribute(client))
             [0, 1, 4, 9, 16, 25, 36, 49, 64, 81]
         """

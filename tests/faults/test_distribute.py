@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -34,17 +35,48 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 def _cluster(n: int = 2) -> Any:
     return distributed.LocalCluster(
-        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
     )
+
+
+#: The shared cluster runs in a process of its own, so that the sockets its scheduler
+#: pools (to workers, which it opens as it needs) are not counted as this process's fds.
+SERVE = """
+import sys, distributed
+if __name__ == "__main__":
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+        silence_logs=40,
+    ) as cluster:
+        print(cluster.scheduler_address, flush=True)
+        sys.stdin.read()  # until the tests close our stdin
+"""
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    with _cluster() as cluster, distributed.Client(cluster) as c:
-        # warm up: imports on the workers, Dask's threads and pooled connections
-        for _ in range(2):
-            assert sorted(af.range(3000).distribute(c, max_outstanding=8)) == list(range(3000))
-        yield c
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        address = proc.stdout.readline().strip()
+        with distributed.Client(address) as c:
+            # warm up: imports on the workers, Dask's threads and pooled connections
+            for _ in range(2):
+                p = af.range(3000).distribute(c, max_outstanding=8)
+                assert sorted(p) == list(range(3000))
+            # Dask's process-wide thread that (de)serializes large messages, started now
+            offload = getattr(distributed.utils, "_offload_executor", None)
+            if offload is not None:
+                offload.submit(int).result()
+            yield c
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(60)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def slow(x: int) -> int:
@@ -119,18 +151,20 @@ def test_user_error_in_a_split_surfaces_as_itself_with_a_note(client):
 
 def test_a_slow_consumer_holds_back_the_workers(client, tmp_path):
     def mark(x: int) -> int:
-        (tmp_path / str(x)).touch()
+        if x % 64 == 0:  # the first item of a split (a range's splits are 64 items here)
+            (tmp_path / str(x)).touch()
         return x
 
-    # 6400 items in splits of 128: 50 splits, of which the consumer takes one item
-    with af.range(6400).map(mark).distribute(client, max_outstanding=2).iter() as it:
+    n = 64 * 20_000
+    with af.range(n).map(mark).distribute(client, max_outstanding=2).iter() as it:
         next(it)
         time.sleep(1.0)  # time for the cluster to run ahead, if it would
         made = len(os.listdir(tmp_path))
-    # bounded, not the 50 splits of the epoch: 2 outstanding and 1 submitted as one is
-    # read, and the chunks (a split each) that the channels to the consumer hold: 2 in
-    # distribute's, 4 in the thread hand-off, 4 taken by the consumer at once
-    assert made <= 16 * 128
+    # bounded, not the 20,000 splits of the epoch: 2 tasks outstanding and 1 submitted as
+    # one is read, and the tasks' results that the channels to the consumer hold (2 in
+    # distribute's, 4 in the thread hand-off, 4 taken by the consumer at once), each task
+    # at most 64 splits
+    assert made <= 16 * 64
 
 
 def _worker_pids(client: Any) -> list[int]:
