@@ -22,11 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FileSplits", "RangeSplits", "SplitSource", "range_split_size"]
 
-#: A range is cut into about this many splits (a power-of-two number of items each, so
-#: that batches of a power-of-two size are not cut at split boundaries) ...
-RANGE_SPLITS = 64
-#: ... of at most this many items (what one worker hands back at once).
-RANGE_SPLIT_MAX = 4096
+#: A range is cut into about this many splits (a power-of-two number of items each) ...
+RANGE_SPLITS = 256
+#: ... of at most this many items (a Dask task takes as many splits as make ~0.2 s).
+RANGE_SPLIT_MAX = 64
 
 
 class SplitSource(Protocol):
