@@ -3,19 +3,21 @@
 Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
 (``_splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
 as the epoch goes), runs the part before ``distribute`` over them on a worker and returns
-their items. A consumer keeps at most
-``max_outstanding`` of its splits submitted or waiting to be read, and submits the next
-as soon as one is read, so the scheduler hands splits to whichever worker is free (a fast
-worker takes more). Everything that moves between machines is Dask's: its scheduler, its
-comms (numpy arrays are sent as out-of-band buffers), its failure detection.
+their items. A consumer keeps at most ``max_outstanding`` tasks submitted or waiting to
+be read and submits the next as soon as one is read, so the scheduler hands work to
+whichever worker is free (a fast worker takes more). Everything that moves between
+machines is Dask's: its scheduler, its comms (numpy arrays travel as out-of-band pickle
+buffers), its failure detection. Each epoch connects a ``Client`` of its own on the
+run's loop (to the given client's scheduler) and closes it when the run ends, which
+releases whatever the epoch still had on the cluster.
 
-Exactly once per epoch: a split's items reach the consumer only when its task has
-finished, as one result. A worker that dies takes its unfinished tasks with it and the
-scheduler runs them again elsewhere (after ``distributed.scheduler.allowed-failures``
-deaths in a row a split fails with ``KilledWorker``); nothing of an unfinished split was
-delivered, so nothing is delivered twice. Several consumers (one per training rank) share
-an epoch's splits: consumer ``i`` of ``n`` takes splits ``i, i + n, i + 2n, ...``, disjoint
-and covering the epoch, in the same order in every process.
+Exactly once per epoch: a task's items reach the consumer only when it has finished, as
+one result. A worker that dies takes its unfinished tasks with it and the scheduler runs
+them again elsewhere (after ``distributed.scheduler.allowed-failures`` deaths in a row a
+task fails with ``KilledWorker``); nothing of an unfinished task was delivered, so
+nothing is delivered twice. Several consumers (one per training rank) share an epoch's
+splits: consumer ``i`` of ``n`` takes splits ``i, i + n, i + 2n, ...``, disjoint and
+covering the epoch, in the same order in every process.
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ class _Sizer:
 
 
 async def _read_splits(
-    ctx: Ctx, client: Any, job: bytes, mine: Sequence[int], window: int | None
+    ctx: Ctx, client: Any, job: bytes, mine: Sequence[int], window: int | None, consumers: int
 ) -> ChunkIter:
     from distributed import Client
 
@@ -194,8 +196,9 @@ async def _read_splits(
     running: dict[asyncio.Future[Any], tuple[list[int], float, Any]] = {}
     sizer = _Sizer()
     try:
-        if window is None:
-            window = 2 * max(1, sum((await dask.nthreads()).values()))
+        if window is None:  # two tasks per worker thread, shared among the consumers
+            threads = sum((await dask.nthreads()).values())
+            window = max(2, -(-2 * threads // consumers))
         ctx.meter.concurrency = meters.overhead.concurrency = window
         todo = iter(mine)
 
@@ -275,7 +278,7 @@ def build_distribute(
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         job = cloudpickle.dumps((upstream, leaf, splits))
         mine = range(i, splits.count(ctx.open_index), n)
-        return _read_splits(ctx, client, job, mine, max_outstanding)
+        return _read_splits(ctx, client, job, mine, max_outstanding, n)
 
     return Node(
         "distribute",

@@ -766,11 +766,12 @@ class Pipeline(Generic[T]):
         splits are made again elsewhere; the items of a split arrive only once it is
         done). Consumers, one per training rank, share each epoch's splits: consumer
         ``consumer_index`` of ``num_consumers`` (both default from
-        ``af.shard_from_env()``) gets a disjoint share. Items come in completion order
-        of the splits, and a ``batch`` before ``distribute`` batches within a split.
-        Memory: at most ``max_outstanding`` splits (default: two per worker thread)
-        being made or waiting for this consumer, on the cluster and here. See
-        ``docs/distributed.md``.
+        ``af.shard_from_env()``) gets a disjoint share. A Dask task takes as many
+        splits as make ~0.2 s of work; its items arrive together, in completion order of
+        the tasks, and a ``batch`` before ``distribute`` batches within a task. Memory:
+        at most ``max_outstanding`` tasks (default: two per worker thread of the
+        cluster, shared among the consumers) being made or waiting for this consumer.
+        See ``docs/distributed.md``.
 
         Example:
             >>> import aioflow as af, distributed

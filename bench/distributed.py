@@ -65,15 +65,20 @@ def image(x: int) -> np.ndarray:
     return np.full((64, 64, 3), x, np.float32)
 
 
-def executor_vs_process(fn: Any, n: int) -> None:
+def executor_vs_process(fn: Any, n: int, rounds: int = 3) -> None:
     import distributed
 
-    local = rate(af.range(n).map(fn, executor="process", concurrency=2), n, 2)
     with cluster(2) as c, distributed.Client(c) as client:
         ex = client.get_executor()
-        p = af.range(n).map(fn, executor=ex, concurrency=4)
-        rate(p, n)  # warm
-        dask = rate(p, n, 2)
+        dask_p = af.range(n).map(fn, executor=ex, concurrency=4)
+        local_p = af.range(n).map(fn, executor="process", concurrency=2)
+        rate(dask_p, n)  # warm
+        # alternate the two (the machine is shared: load moves), best round of each
+        best = [0.0, 0.0]
+        for _ in range(rounds):
+            best[0] = max(best[0], rate(local_p, n))
+            best[1] = max(best[1], rate(dask_p, n))
+    local, dask = best
     print(f"1. map of ~1 ms calls, {n} items: executor='process' (2) {local:8.0f}/s")
     print(f"   Dask executor, 2 workers, concurrency=4  {dask:8.0f}/s  = {dask / local:.2f}x")
 
@@ -88,7 +93,7 @@ def scaling(per_worker: int, sizes: tuple[int, ...]) -> None:
         with cluster(w) as c, distributed.Client(c) as client:
             p = af.range(n).map(sleep_5ms).distribute(client)
             rate(p, n)  # warm
-            r = rate(p, n)
+            r = rate(p, n, 2)
         base = base or r
         print(
             f"   {w} worker(s): {r:8.0f}/s = {r / base:5.2f}x one worker's ({r / base / w:.2f} x N)"
@@ -103,7 +108,7 @@ def cpu_bound(fn: Any, n: int) -> None:
         with cluster(w) as c, distributed.Client(c) as client:
             p = af.range(n).map(fn).distribute(client)
             rate(p, n)
-            rates.append(rate(p, n, 2))
+            rates.append(rate(p, n, 3))
     print(f"3. CPU-bound ~1 ms per item, {n} items: 1 worker {rates[0]:.0f}/s,")
     print(f"   2 workers {rates[1]:.0f}/s = {rates[1] / rates[0]:.2f}x")
 
