@@ -144,19 +144,15 @@ def _split_error(e: BaseException, indexes: list[int], address: str) -> BaseExce
     index = f"{indexes[0]}" if len(indexes) == 1 else f"{indexes[0]}..{indexes[-1]}"
 
     if isinstance(e, KilledWorker):
-        err = StageError(
+        return StageError(
             f"distribute: split(s) {index} were lost with a dying worker too many times"
             f" (distributed.scheduler.allowed-failures): {e}"
         )
-        err.__cause__ = e
-        return err
     if isinstance(e, FutureCancelled | asyncio.CancelledError | OSError | TimeoutError):
-        err = StageError(
+        return StageError(
             f"distribute: lost the Dask cluster at {address} while split(s) {index} were"
             f" running ({type(e).__name__}: {e})"
         )
-        err.__cause__ = e
-        return err
     e.add_note(f"aioflow: in split(s) {index} of distribute, on the Dask cluster at {address}")
     return e
 
@@ -184,21 +180,39 @@ class _Sizer:
         self.per_split = per if self.per_split is None else 0.7 * self.per_split + 0.3 * per
 
 
+async def _connect(client: Any) -> tuple[Any, str]:
+    """A client of this run's own, on its loop, to the scheduler of ``client``."""
+    from distributed import Client
+
+    address = getattr(client.scheduler, "address", None)
+    if address is None:
+        raise StageError("distribute: the Dask client is closed")
+    try:
+        dask = await Client(
+            address, asynchronous=True, security=client.security, set_as_default=False
+        )
+    except (OSError, TimeoutError) as e:
+        raise StageError(f"distribute: cannot reach the Dask scheduler at {address}: {e}") from e
+    return dask, address
+
+
+async def _window(dask: Any, consumers: int) -> int:
+    """Default ``max_outstanding``: two tasks per worker thread, shared among consumers."""
+    threads = sum((await dask.nthreads()).values())
+    return max(2, -(-2 * threads // consumers))
+
+
 async def _read_splits(
     ctx: Ctx, client: Any, job: bytes, mine: Sequence[int], window: int | None, consumers: int
 ) -> ChunkIter:
-    from distributed import Client
-
     epoch = ctx.open_index
-    address = client.scheduler.address
     meters = _Meters(ctx)
-    dask = await Client(address, asynchronous=True, security=client.security, set_as_default=False)
+    dask, address = await _connect(client)
     running: dict[asyncio.Future[Any], tuple[list[int], float, Any]] = {}
     sizer = _Sizer()
     try:
-        if window is None:  # two tasks per worker thread, shared among the consumers
-            threads = sum((await dask.nthreads()).values())
-            window = max(2, -(-2 * threads // consumers))
+        if window is None:
+            window = await _window(dask, consumers)
         ctx.meter.concurrency = meters.overhead.concurrency = window
         todo = iter(mine)
 
@@ -219,7 +233,8 @@ async def _read_splits(
                 except BaseException as e:
                     if isinstance(e, asyncio.CancelledError) and _cancelling():
                         raise
-                    raise _split_error(e, idx, address) from None
+                    err = _split_error(e, idx, address)
+                    raise err from (None if err is e else e)
                 sizer.done(len(idx), compute)
                 submit()
                 meters.split_done(where, len(items), compute, perf_counter() - t0)

@@ -173,7 +173,7 @@ def _worker_pids(client: Any) -> list[int]:
 
 def test_a_worker_killed_mid_epoch_leaves_the_output_exact(client):
     # (``client``: Dask's process-wide threads are started before the guard's snapshot)
-    n = 3000
+    n = 1500
     with _cluster() as cluster, distributed.Client(cluster) as c:
         victim = _worker_pids(c)[0]
         out = []
@@ -202,6 +202,8 @@ def test_the_cluster_closed_under_a_running_consumer_raises_a_clear_error(client
         c.close()
         cluster.close()
     assert 100 <= len(out) < 10_000
+    with pytest.raises(af.StageError, match="client is closed"):
+        p.to_list()
 
 
 def test_a_lost_split_result_is_not_mistaken_for_the_consumers_cancellation(client):
