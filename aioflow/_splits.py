@@ -20,7 +20,7 @@ from ._runtime import ChunkIter, Ctx, Node, Opener
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-__all__ = ["FileSplits", "RangeSplits", "SplitSource", "range_split_size"]
+__all__ = ["FileSplits", "IndexSplits", "RangeSplits", "SplitSource", "range_split_size"]
 
 #: A range is cut into about this many splits (a power-of-two number of items each) ...
 RANGE_SPLITS = 256
@@ -97,3 +97,23 @@ class FileSplits:
 
     def split(self, epoch: int, index: int) -> Pipeline[Any]:
         return _list_source("list_files", [self.order(epoch)[index]])
+
+
+class IndexSplits:
+    """A random-access source of ``n`` items cut into index ranges (for ``from_source``).
+
+    ``part(epoch, start, stop)`` returns the source of positions ``start:stop`` of epoch
+    ``epoch``'s order (its permutation, when shuffled); it must be picklable.
+    """
+
+    def __init__(self, n: int, part: Any) -> None:
+        self.n = n
+        self.part = part
+        self.size = range_split_size(n)
+
+    def count(self, epoch: int) -> int:
+        return -(-self.n // self.size)
+
+    def split(self, epoch: int, index: int) -> Pipeline[Any]:
+        start = index * self.size
+        return self.part(epoch, start, min(self.n, start + self.size))
