@@ -16,6 +16,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from operator import length_hint
@@ -262,6 +263,11 @@ class _ExecutorBatches(_Calls):
         self.slots = slots
         self.meter = ctx.meter
         self.item_seconds: float | None = None
+        # a Dask client's executor: a batch is a fresh call, never the result of an equal
+        # earlier one (pure=True would reuse it, and hash every batch to know)
+        dask = sys.modules.get("distributed.cfexecutor")
+        is_dask = dask is not None and isinstance(executor, dask.ClientExecutor)
+        self.kwargs: dict[str, Any] = {"pure": False} if is_dask else {}
 
     def size(self) -> int:
         if self.item_seconds is None:
@@ -272,7 +278,7 @@ class _ExecutorBatches(_Calls):
         return self._run(arg)
 
     async def _run(self, items: list[Any]) -> list[Any]:
-        out, dt = await asyncio.wrap_future(self.executor.submit(self.fn, items))
+        out, dt = await asyncio.wrap_future(self.executor.submit(self.fn, items, **self.kwargs))
         self.meter.t_calls += dt
         per_item = dt / len(items)
         prev = self.item_seconds

@@ -40,7 +40,7 @@ from .errors import PipelineError, StageError
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-__all__ = ["build_distribute", "run_split"]
+__all__ = ["build_distribute", "job_of", "run_split"]
 
 
 def _leaf(upstream: Pipeline[Any]) -> Node:
@@ -97,14 +97,26 @@ def _where() -> str:
         return f"pid {os.getpid()}"
 
 
-def run_split(job: bytes, epoch: int, indexes: list[int]) -> tuple[list[Any], float, str]:
-    """On a worker: the items of the splits ``indexes`` (read one after another as one
-    source), the seconds it took, and where it ran."""
+def _no_split(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+    raise PipelineError("distribute: a task ran without its splits")  # pragma: no cover
+
+
+def job_of(upstream: Pipeline[Any], leaf: Node) -> bytes:
+    """The part before ``distribute`` as a task gets it: the source left out (a hole that
+    the task fills with its splits), so that a long file list is not in every task."""
+    from .pipeline import Pipeline
+
+    hole: Pipeline[Any] = Pipeline(Node("split", _no_split, task=True))
+    return cloudpickle.dumps((_with_source(upstream, leaf, hole), hole._node))
+
+
+def run_split(job: bytes, parts: list[Pipeline[Any]]) -> tuple[list[Any], float, str]:
+    """On a worker: the items of the part before ``distribute`` over the splits ``parts``
+    (read one after another as one source), the seconds it took, and where it ran."""
     from .combine import concat
 
-    upstream, leaf, splits = cloudpickle.loads(job)
-    parts = [splits.split(epoch, i) for i in indexes]
-    p = _with_source(upstream, leaf, parts[0] if len(parts) == 1 else concat(*parts))
+    upstream, hole = cloudpickle.loads(job)
+    p = _with_source(upstream, hole, parts[0] if len(parts) == 1 else concat(*parts))
     t0 = perf_counter()
     items = asyncio.run(p.collect())
     return items, perf_counter() - t0, _where()
@@ -203,7 +215,13 @@ async def _window(dask: Any, consumers: int) -> int:
 
 
 async def _read_splits(
-    ctx: Ctx, client: Any, job: bytes, mine: Sequence[int], window: int | None, consumers: int
+    ctx: Ctx,
+    client: Any,
+    job: bytes,
+    splits: Any,
+    mine: Sequence[int],
+    window: int | None,
+    consumers: int,
 ) -> ChunkIter:
     epoch = ctx.open_index
     meters = _Meters(ctx)
@@ -219,7 +237,8 @@ async def _read_splits(
         def submit() -> None:
             idx = list(islice(todo, sizer.size()))
             if idx:
-                fut = dask.submit(run_split, job, epoch, idx, pure=False)
+                parts = [splits.split(epoch, i) for i in idx]
+                fut = dask.submit(run_split, job, parts, pure=False)
                 running[asyncio.ensure_future(_result(fut))] = (idx, perf_counter(), fut)
 
         for _ in range(window):
@@ -243,15 +262,35 @@ async def _read_splits(
     finally:
         for t in running:
             t.cancel()
+        await _close(dask, set(running))
+
+
+async def _close(dask: Any, running: set[asyncio.Future[Any]]) -> None:
+    """Wait for the (cancelled) task readers, then close the run's client; also through
+    repeated cancellation (a run closing cancels its tasks from several sides): a client
+    left open would keep its sockets for good."""
+
+    async def close() -> None:
         if running:
             await asyncio.wait(running)
         for t in running:
             if not t.cancelled():
                 t.exception()
+        await asyncio.wait_for(dask.close(), 10)
+
+    closing = asyncio.ensure_future(close())
+    cancelled = False
+    while not closing.done():
         try:
-            await asyncio.wait_for(dask.close(), 10)
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            cancelled = True
         except Exception:  # the cluster is gone: nothing left to release
-            pass
+            break
+    if not closing.cancelled():
+        closing.exception()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _result(fut: Any) -> Any:
@@ -289,11 +328,11 @@ def build_distribute(
     leaf = _leaf(upstream)
     splits = leaf.splits
     n, i = num_consumers, consumer_index
+    job = job_of(upstream, leaf)
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        job = cloudpickle.dumps((upstream, leaf, splits))
         mine = range(i, splits.count(ctx.open_index), n)
-        return _read_splits(ctx, client, job, mine, max_outstanding, n)
+        return _read_splits(ctx, client, job, splits, mine, max_outstanding, n)
 
     return Node(
         "distribute",

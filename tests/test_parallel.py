@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -470,6 +471,9 @@ def test_dask_cluster_executor_runs_a_map_and_stays_open():
         with pytest.raises(Boom) as info:
             af.range(10).map(fail_at_5, executor=ex, concurrency=4).to_list()
         assert info.value.args == (5, "five")
+        # equal batches are fresh calls, not one result reused (Dask's pure=True would)
+        p = af.from_iterable([0] * 2000).map(lambda x: random.random(), executor=ex)
+        assert len(set(p.to_list())) == 2000
         assert ex.submit(square, 4).result() == 16  # still open: it is the caller's
     assert children_left(before, 10) == []
 

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import cloudpickle
 import pytest
 
 import aioflow as af
 from aioflow._splits import IndexSplits, range_split_size
-from aioflow.distributed import _leaf, run_split
+from aioflow.distributed import _leaf, job_of, run_split
 
 
 def splits_of(p: af.Pipeline) -> object:
@@ -47,8 +46,14 @@ def test_index_splits_give_a_random_access_source_its_index_ranges():
 def test_a_task_runs_the_part_before_distribute_over_its_splits_as_one_source():
     p = af.range(1000).map(lambda x: x + 1).batch(4, collate=list)
     leaf = _leaf(p)
-    job = cloudpickle.dumps((p, leaf, leaf.splits))
-    items, seconds, where = run_split(job, 0, [1, 2])
+    items, seconds, where = run_split(job_of(p, leaf), [leaf.splits.split(0, i) for i in (1, 2)])
     size = range_split_size(1000)
     assert items == [list(range(k, k + 4)) for k in range(size + 1, 3 * size + 1, 4)]
     assert seconds >= 0 and where.startswith("pid ")
+
+
+def test_a_tasks_job_leaves_the_file_list_out(tmp_path):
+    for k in range(300):
+        (tmp_path / f"file-with-a-long-name-{k:04}.txt").touch()
+    p = af.list_files(str(tmp_path / "*.txt")).map(len)
+    assert len(job_of(p, _leaf(p))) < 5_000  # the 300 paths alone are ~20 kB

@@ -167,6 +167,15 @@ def test_a_slow_consumer_holds_back_the_workers(client, tmp_path):
     assert made <= 16 * 64
 
 
+def test_leaving_epochs_early_closes_their_clients_every_time(client):
+    # a run closing cancels its tasks from several sides; the epoch's Dask client must
+    # still close (an open one keeps its sockets: the guard counts fds)
+    p = af.range(64 * 20_000).distribute(client, max_outstanding=2)
+    for _ in range(5):
+        with p.iter() as it:
+            next(it)
+
+
 def _worker_pids(client: Any) -> list[int]:
     return sorted(client.run(os.getpid).values())
 
