@@ -7,7 +7,11 @@ import importlib.util
 import pytest
 
 # module of the package -> the library its doctests need
-_NEEDS = {"aioflow/integrations/torch.py": "torch", "aioflow/pipeline.py::pin_memory": "torch"}
+_NEEDS = {
+    "aioflow/integrations/torch.py": "torch",
+    "aioflow/pipeline.py::pin_memory": "torch",
+    "aioflow/pipeline.py::distribute": "distributed",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -4,8 +4,9 @@
 module: ``ErrorPolicy`` implements ``on_error``, ``inline_map`` the fast path of a sync
 function on the loop, ``concurrent_map`` the path with up to ``concurrency`` calls in
 flight, ordered or not. What differs between async functions (tasks on the loop), sync
-ones in a thread pool or the caller's ``Executor``, and batches of items in the run's
-process pool (``_procs``) is only how a call starts: one ``_Calls`` kind each.
+ones in a thread pool, batches of items in the caller's ``Executor`` (a Dask client's
+included: one task per ~25 ms of work, not per item) or in the run's process pool
+(``_procs``) is only how a call starts: one ``_Calls`` kind each.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import asyncio
 import functools
 import inspect
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from itertools import compress, islice
@@ -24,8 +27,15 @@ from typing import TYPE_CHECKING, Any
 from ._autotune import AUTOTUNE, HillClimber, Limiter
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, cancelling
 from ._threads import DaemonPool
-from ._worker import Failure
-from .errors import PipelineError, StageTimeout, WorkerDied, annotate, control_flow_error
+from ._worker import Failure, _failure
+from .errors import (
+    PipelineError,
+    StageError,
+    StageTimeout,
+    WorkerDied,
+    annotate,
+    control_flow_error,
+)
 
 if TYPE_CHECKING:
     from ._procs import ProcessPool
@@ -261,6 +271,74 @@ def _call(fn: Callable[[Any], Any], arg: Any, stage: str, pos: int) -> Any:
         raise control_flow_error(e, stage, pos) from e
 
 
+#: A batch sent to a caller's Executor holds about this much work: long enough to make a
+#: Dask scheduler's per-task cost (~1 ms) small, short enough to spread over its workers.
+EXECUTOR_BATCH_SECONDS = 0.025
+
+
+def _call_batch(
+    fn: Callable[[Any], Any], pid: int, stage: str, items: list[Any]
+) -> tuple[list[Any], float]:
+    """Call ``fn`` on each item (in the executor): one result or ``Failure`` each, and the time.
+
+    In another process (a Dask worker) a failure carries its traceback as a note and is
+    checked to survive pickling; in this one it is the exception object itself.
+    """
+    t0 = perf_counter()
+    out: list[Any] = []
+    for x in items:
+        try:
+            out.append(fn(x))
+        except Exception as exc:
+            # StopIteration is an error like any other here, never the end of something
+            e = control_flow_error(exc, stage) if isinstance(exc, StopIteration) else exc
+            if os.getpid() == pid:
+                out.append(Failure(e))
+            else:
+                f = _failure(e)
+                out.append(f if f.exc is not None else Failure(StageError(str(f.why))))
+    return out, perf_counter() - t0
+
+
+class _ExecutorBatches(_Calls):
+    """A sync function sent to the caller's ``Executor`` in batches of items sized by time.
+
+    The first batch is one item; then each holds ~``EXECUTOR_BATCH_SECONDS`` of work by
+    the measured time per item. A batch's compute time (measured where it ran) is the
+    stage's busy time.
+    """
+
+    batched = True
+
+    def __init__(self, fn: Callable[[Any], Any], executor: Executor, slots: int, ctx: Ctx):
+        self.fn = functools.partial(_call_batch, fn, os.getpid(), ctx.name)
+        self.executor = executor
+        self.slots = slots
+        self.meter = ctx.meter
+        self.item_seconds: float | None = None
+        # a Dask client's executor: a batch is a fresh call, never the result of an equal
+        # earlier one (pure=True would reuse it, and hash every batch to know)
+        dask = sys.modules.get("distributed.cfexecutor")
+        is_dask = dask is not None and isinstance(executor, dask.ClientExecutor)
+        self.kwargs: dict[str, Any] = {"pure": False} if is_dask else {}
+
+    def size(self) -> int:
+        if self.item_seconds is None:
+            return 1
+        return max(1, min(CHUNK_MAX, int(EXECUTOR_BATCH_SECONDS / max(self.item_seconds, 1e-7))))
+
+    def start(self, arg: Any, pos: int) -> Awaitable[Any]:
+        return self._run(arg)
+
+    async def _run(self, items: list[Any]) -> list[Any]:
+        out, dt = await asyncio.wrap_future(self.executor.submit(self.fn, items, **self.kwargs))
+        self.meter.t_calls += dt
+        per_item = dt / len(items)
+        prev = self.item_seconds
+        self.item_seconds = per_item if prev is None else 0.7 * prev + 0.3 * per_item
+        return out
+
+
 class _PoolCalls(_Calls):
     """Batches of items sent to the run's process pool (``_procs.ProcessPool``)."""
 
@@ -306,6 +384,9 @@ def _calls(
         # the pool enforces the timeout itself: it kills the worker of a hung call
         return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered))
     ex = resolve_executor(executor, concurrency, ctx, timeout)
+    if ex is not None and ex is executor and timeout is None:
+        # the caller's Executor: batches (with a timeout, each item is a call of its own)
+        return _ExecutorBatches(fn, ex, concurrency, ctx)
     if ex is None:
         calls: _Calls = _LoopCalls(fn, concurrency)
     else:
@@ -393,7 +474,7 @@ async def concurrent_map(
             if climber is not None:
                 climber.done()
                 meter.concurrency = running.limit
-            if not batched:  # the stage's busy time (aioflow.stats); a pool adds its own
+            if not batched:  # the stage's busy time (aioflow.stats); batches add their own
                 meter.t_calls += perf_counter() - t0
 
         try:

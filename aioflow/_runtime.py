@@ -126,6 +126,7 @@ class Node:
     items: int = CHANNEL_ITEMS  # ... and in items
     grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
+    splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
     opens: itertools.count = field(default_factory=itertools.count, compare=False)
 
 

@@ -747,6 +747,45 @@ class Pipeline(Generic[T]):
 
         return pin_memory(self)
 
+    # -- distribution (issue 15) ---------------------------------------------------------
+    def distribute(
+        self,
+        client: Any,
+        *,
+        num_consumers: int | None = None,
+        consumer_index: int | None = None,
+        max_outstanding: int | None = None,
+    ) -> Pipeline[T]:
+        """Run everything before this on a Dask cluster; what follows runs here.
+
+        ``client`` is a ``distributed.Client``. The source (``af.range``,
+        ``af.list_files``) is cut into splits (sub-ranges, files) that the cluster's
+        workers take on demand, each running the part before ``distribute`` over its
+        split; a source that cannot be split is refused, naming it. Each item reaches
+        exactly one consumer once per epoch, also when a worker dies (its unfinished
+        splits are made again elsewhere; the items of a split arrive only once it is
+        done). Consumers, one per training rank, share each epoch's splits: consumer
+        ``consumer_index`` of ``num_consumers`` (both default from
+        ``af.shard_from_env()``) gets a disjoint share. A Dask task takes as many
+        splits as make ~0.2 s of work; its items arrive together, in completion order of
+        the tasks, and a ``batch`` before ``distribute`` batches within a task. Memory:
+        at most ``max_outstanding`` tasks (default: two per worker thread of the
+        cluster, shared among the consumers) being made or waiting for this consumer.
+        See ``docs/distributed.md``.
+
+        Example:
+            >>> import aioflow as af, distributed
+            >>> with distributed.Client(n_workers=1, processes=False,
+            ...                         dashboard_address=":0") as client:
+            ...     sorted(af.range(10).map(lambda x: x * x).distribute(client))
+            [0, 1, 4, 9, 16, 25, 36, 49, 64, 81]
+        """
+        from .distributed import build_distribute
+
+        return Pipeline(
+            build_distribute(self, client, num_consumers, consumer_index, max_outstanding)
+        )
+
     # -- running ------------------------------------------------------------------------
     def iter(
         self, state: dict[str, Any] | None = None, timeout: float | None = None

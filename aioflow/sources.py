@@ -16,6 +16,7 @@ from time import perf_counter
 from typing import Any, TypeVar
 
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from ._splits import RangeSplits
 from .errors import PipelineError, annotate
 from .pipeline import Pipeline
 
@@ -181,5 +182,12 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
 
     n = len(r)
     return Pipeline(
-        Node("range", build, card=lambda _: n, task=True, key=(r.start, r.stop, r.step))
+        Node(
+            "range",
+            build,
+            card=lambda _: n,
+            task=True,
+            key=(r.start, r.stop, r.step),
+            splits=RangeSplits(r),
+        )
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -403,6 +404,55 @@ def test_callers_executor_is_used_and_stays_open(no_leaks):
         assert ex.submit(square, 3).result() == 9  # not shut down by the run
 
 
+class CountingExecutor(ThreadPoolExecutor):
+    """A caller's Executor that counts the tasks submitted to it."""
+
+    def __init__(self) -> None:
+        super().__init__(2, thread_name_prefix="counted")
+        self.submits = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        self.submits += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def fail_at_150(x: int) -> int:
+    if x == 150:
+        raise Boom(150, "one hundred fifty")
+    return x
+
+
+def test_callers_executor_gets_batches_of_cheap_items_not_one_task_each(no_leaks):
+    with CountingExecutor() as ex:
+        out = af.range(2000).map(square, executor=ex, concurrency=2).to_list()
+        assert out == [x * x for x in range(2000)]
+        assert ex.submits < 200  # batches of up to 256 items once a call has been timed
+
+
+def test_callers_executor_batches_keep_error_position_skip_and_unordered(no_leaks):
+    with CountingExecutor() as ex:
+        with pytest.raises(Boom) as info:
+            af.range(300).map(fail_at_150, executor=ex, concurrency=2).to_list()
+        assert info.value.args == (150, "one hundred fifty")
+        assert any("item 150" in n for n in info.value.__notes__)
+        assert any("map(fail_at_150)" in n for n in info.value.__notes__)
+        with af.range(300).map(fail_at_150, executor=ex, on_error="skip").iter() as it:
+            assert list(it) == [x for x in range(300) if x != 150]
+            assert it.stats()["map(fail_at_150)"].errors_skipped == 1
+        p = af.range(300).map(square, executor=ex, concurrency=3, ordered=False)
+        assert sorted(p.to_list()) == [x * x for x in range(300)]
+        assert ex.submits < 300
+
+
+def test_callers_executor_with_timeout_bounds_each_item(no_leaks):
+    def slow_at_3(x: int) -> int:
+        time.sleep(2 if x == 3 else 0)
+        return x
+
+    with ThreadPoolExecutor(2) as ex, pytest.raises(af.StageTimeout, match="item 3"):
+        af.range(6).map(slow_at_3, executor=ex, timeout=0.5).to_list()
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::ResourceWarning")
 def test_dask_cluster_executor_runs_a_map_and_stays_open():
     distributed = pytest.importorskip("distributed")
@@ -421,6 +471,9 @@ def test_dask_cluster_executor_runs_a_map_and_stays_open():
         with pytest.raises(Boom) as info:
             af.range(10).map(fail_at_5, executor=ex, concurrency=4).to_list()
         assert info.value.args == (5, "five")
+        # equal batches are fresh calls, not one result reused (Dask's pure=True would)
+        p = af.from_iterable([0] * 2000).map(lambda x: random.random(), executor=ex)
+        assert len(set(p.to_list())) == 2000
         assert ex.submit(square, 4).result() == 16  # still open: it is the caller's
     assert children_left(before, 10) == []
 

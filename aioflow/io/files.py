@@ -19,6 +19,7 @@ from typing import Any
 
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
+from .._splits import FileSplits
 from ..errors import PipelineError
 from ..pipeline import Pipeline
 from ._streams import (
@@ -106,7 +107,14 @@ def list_files(
 
     n = len(files)
     return Pipeline(
-        Node("list_files", build, card=lambda _: n, task=True, key=(tuple(pats), shuffle, seed))
+        Node(
+            "list_files",
+            build,
+            card=lambda _: n,
+            task=True,
+            key=(tuple(pats), shuffle, seed),
+            splits=FileSplits(files, shuffle, seed),
+        )
     )
 
 

@@ -111,3 +111,14 @@ def test_a_user_stop_iteration_can_be_skipped_like_any_failure():
     assert af.range(1000).filter(_stop_at_700, on_error="skip").to_list() == [
         x for x in range(1, 1000) if x != 700
     ]
+
+
+def test_a_user_stop_iteration_in_a_callers_executor_batch_is_an_error():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as ex:
+        p = af.range(1000).map(_stop_at_700, executor=ex, concurrency=2)
+        with p.iter(timeout=DEADLINE) as it, pytest.raises(af.StageError) as info:
+            list(it)
+    assert "StopIteration" in str(info.value)
+    assert any("700" in n for n in info.value.__notes__) or "700" in str(info.value)

@@ -1,0 +1,234 @@
+"""``distribute`` on a real Dask cluster (``LocalCluster(processes=True)``, 2 workers).
+
+Exactly once per epoch for range and file sources, two consumers sharing an epoch, a
+worker SIGKILLed mid-epoch, the cluster closed under a running consumer, backpressure.
+One cluster serves the module (started, and warmed up, before the fault guard takes its
+snapshot); the scenarios that kill workers or the cluster start one of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import aioflow as af
+
+distributed = pytest.importorskip("distributed")
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::ResourceWarning", "ignore::UserWarning"
+)
+
+# functions of this module reach the workers by value (the workers cannot import tests/)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _cluster(n: int = 2) -> Any:
+    return distributed.LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+
+
+#: The shared cluster runs in a process of its own, so that the sockets its scheduler
+#: pools (to workers, which it opens as it needs) are not counted as this process's fds.
+SERVE = """
+import sys, distributed
+if __name__ == "__main__":
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+        silence_logs=40,
+    ) as cluster:
+        print(cluster.scheduler_address, flush=True)
+        sys.stdin.read()  # until the tests close our stdin
+"""
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        address = proc.stdout.readline().strip()
+        with distributed.Client(address) as c:
+            # warm up: imports on the workers, Dask's threads and pooled connections
+            for _ in range(2):
+                p = af.range(3000).distribute(c, max_outstanding=8)
+                assert sorted(p) == list(range(3000))
+            # Dask's process-wide thread that (de)serializes large messages, started now
+            offload = getattr(distributed.utils, "_offload_executor", None)
+            if offload is not None:
+                offload.submit(int).result()
+            yield c
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def slow(x: int) -> int:
+    time.sleep(0.002)
+    return x
+
+
+def test_range_items_arrive_exactly_once(client):
+    with af.range(3000).map(lambda x: x * 3).distribute(client).iter() as it:
+        out = list(it)
+        rows = [s.name for s in it.stats() if s.name.startswith("distribute > worker")]
+    assert sorted(out) == [3 * x for x in range(3000)]
+    assert rows  # where each worker's time went
+
+
+def test_list_files_items_arrive_exactly_once_in_every_epoch(client, tmp_path):
+    for f in range(12):
+        (tmp_path / f"{f:02}.txt").write_text("".join(f"{f}-{k}\n" for k in range(30)))
+    p = af.list_files(str(tmp_path / "*.txt"), shuffle=True, seed=4).flat_map(af.read_lines)
+    want = sorted(f"{f}-{k}" for f in range(12) for k in range(30))
+    d = p.distribute(client, max_outstanding=3)
+    assert sorted(d) == want and sorted(d) == want
+
+
+def test_two_consumers_share_an_epoch_in_disjoint_batches_that_cover_it(client):
+    p = af.range(2000).map(slow).batch(16)
+    got: list[list[list[int]]] = [[], []]
+
+    def consume(i: int) -> None:
+        for b in p.distribute(client, num_consumers=2, consumer_index=i):
+            got[i].append(b.tolist())
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    mine = [{x for b in g for x in b} for g in got]
+    assert mine[0] and mine[1] and mine[0].isdisjoint(mine[1])
+    assert sorted(x for g in got for b in g for x in b) == list(range(2000))
+
+
+def test_consumer_index_and_count_default_from_the_launcher_environment(client, monkeypatch):
+    parts = []
+    for rank in range(3):
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        monkeypatch.setenv("RANK", str(rank))
+        parts.append(af.range(1000).distribute(client).to_list())
+    assert sorted(x for part in parts for x in part) == list(range(1000))
+    assert all(parts)
+
+
+def test_unsplittable_sources_are_refused_naming_them(client):
+    with pytest.raises(af.PipelineError, match="from_iterable"):
+        af.from_iterable([1, 2]).map(str).distribute(client)
+    with pytest.raises(af.PipelineError, match="range, range"):
+        af.zip(af.range(3), af.range(3)).distribute(client)
+    with pytest.raises(af.PipelineError, match="consumer_index"):
+        af.range(3).distribute(client, num_consumers=2, consumer_index=2)
+
+
+def test_user_error_in_a_split_surfaces_as_itself_with_a_note(client):
+    def boom(x: int) -> int:
+        if x == 77:
+            raise KeyError("seventy-seven")
+        return x
+
+    with pytest.raises(KeyError) as info:
+        af.range(200).map(boom).distribute(client).to_list()
+    assert any("distribute" in n for n in info.value.__notes__)
+
+
+def test_a_slow_consumer_holds_back_the_workers(client, tmp_path):
+    def mark(x: int) -> int:
+        if x % 64 == 0:  # the first item of a split (a range's splits are 64 items here)
+            (tmp_path / str(x)).touch()
+        return x
+
+    n = 64 * 20_000
+    with af.range(n).map(mark).distribute(client, max_outstanding=2).iter() as it:
+        next(it)
+        time.sleep(1.0)  # time for the cluster to run ahead, if it would
+        made = len(os.listdir(tmp_path))
+    # bounded, not the 20,000 splits of the epoch: 2 tasks outstanding and 1 submitted as
+    # one is read, and the tasks' results that the channels to the consumer hold (2 in
+    # distribute's, 4 in the thread hand-off, 4 taken by the consumer at once), each task
+    # at most 64 splits
+    assert made <= 16 * 64
+
+
+def test_leaving_epochs_early_closes_their_clients_every_time(client):
+    # a run closing cancels its tasks from several sides; the epoch's Dask client must
+    # still close (an open one keeps its sockets: the guard counts fds)
+    p = af.range(64 * 20_000).distribute(client, max_outstanding=2)
+    for _ in range(5):
+        with p.iter() as it:
+            next(it)
+
+
+def _worker_pids(client: Any) -> list[int]:
+    return sorted(client.run(os.getpid).values())
+
+
+def test_a_worker_killed_mid_epoch_leaves_the_output_exact(client):
+    # (``client``: Dask's process-wide threads are started before the guard's snapshot)
+    n = 1500
+    with _cluster() as cluster, distributed.Client(cluster) as c:
+        victim = _worker_pids(c)[0]
+        out = []
+        with af.range(n).map(slow).distribute(c, max_outstanding=4).iter(timeout=120) as it:
+            for x in it:
+                out.append(x)
+                if len(out) == 300:
+                    os.kill(victim, signal.SIGKILL)
+        assert victim not in _worker_pids(c)
+    assert sorted(out) == list(range(n))
+
+
+def test_the_cluster_closed_under_a_running_consumer_raises_a_clear_error(client):
+    cluster = _cluster()
+    c = distributed.Client(cluster)
+    out = []
+    p = af.range(10_000).map(slow).distribute(c)
+    try:
+        with p.iter(timeout=60) as it, pytest.raises(af.StageError, match="lost the Dask"):
+            for x in it:
+                out.append(x)
+                if len(out) == 100:
+                    c.close()
+                    cluster.close()
+    finally:
+        c.close()
+        cluster.close()
+    assert 100 <= len(out) < 10_000
+    with pytest.raises(af.StageError, match="client is closed"):
+        p.to_list()
+
+
+def test_a_lost_split_result_is_not_mistaken_for_the_consumers_cancellation(client):
+    # the consumer is cancelled from outside: that passes through unchanged
+    import asyncio
+
+    async def main() -> None:
+        async with af.range(5000).map(slow).distribute(client).aiter() as it:
+            async for _ in it:
+                raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+
+
+def test_paths_are_strings_on_the_workers(client, tmp_path: Path):
+    (tmp_path / "a.txt").write_text("x\n")
+    p = af.list_files(str(tmp_path / "*.txt")).map(lambda s: (type(s).__name__, s))
+    assert p.distribute(client).to_list() == [("str", str(tmp_path / "a.txt"))]

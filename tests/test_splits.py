@@ -1,0 +1,59 @@
+"""How ``distribute`` cuts sources into splits, and runs the part before it over some
+(no cluster here: ``run_split`` is what a Dask worker calls)."""
+
+from __future__ import annotations
+
+import pytest
+
+import aioflow as af
+from aioflow._splits import IndexSplits, range_split_size
+from aioflow.distributed import _leaf, job_of, run_split
+
+
+def splits_of(p: af.Pipeline) -> object:
+    return p._node.splits
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 1000, 100_000])
+def test_range_splits_cover_the_range_in_order(n):
+    s = splits_of(af.range(3, 3 + 2 * n, 2))
+    parts = [s.split(0, i).to_list() for i in range(s.count(0))]
+    assert [x for part in parts for x in part] == list(range(3, 3 + 2 * n, 2))
+    assert all(0 < len(part) <= 64 for part in parts)
+
+
+def test_range_split_sizes_are_powers_of_two_up_to_64():
+    assert [range_split_size(n) for n in (1, 256, 257, 2000, 10**9)] == [1, 1, 2, 8, 64]
+
+
+def test_file_splits_are_one_file_each_in_each_epochs_shuffled_order(tmp_path):
+    for k in range(6):
+        (tmp_path / f"{k}.txt").touch()
+    s = splits_of(af.list_files(str(tmp_path / "*.txt"), shuffle=True, seed=1))
+    epochs = [[s.split(e, i).to_list() for i in range(s.count(e))] for e in range(2)]
+    for files in epochs:
+        assert all(len(f) == 1 for f in files)
+        assert sorted(f[0] for f in files) == sorted(str(tmp_path / f"{k}.txt") for k in range(6))
+    assert epochs[0] != epochs[1]  # reshuffled per epoch, the same in every process
+
+
+def test_index_splits_give_a_random_access_source_its_index_ranges():
+    data = list("abcdefghij")
+    s = IndexSplits(len(data), lambda epoch, a, b: af.from_iterable(data[a:b]))
+    assert [x for i in range(s.count(0)) for x in s.split(0, i).to_list()] == data
+
+
+def test_a_task_runs_the_part_before_distribute_over_its_splits_as_one_source():
+    p = af.range(1000).map(lambda x: x + 1).batch(4, collate=list)
+    leaf = _leaf(p)
+    items, seconds, where = run_split(job_of(p, leaf), [leaf.splits.split(0, i) for i in (1, 2)])
+    size = range_split_size(1000)
+    assert items == [list(range(k, k + 4)) for k in range(size + 1, 3 * size + 1, 4)]
+    assert seconds >= 0 and where.startswith("pid ")
+
+
+def test_a_tasks_job_leaves_the_file_list_out(tmp_path):
+    for k in range(300):
+        (tmp_path / f"file-with-a-long-name-{k:04}.txt").touch()
+    p = af.list_files(str(tmp_path / "*.txt")).map(len)
+    assert len(job_of(p, _leaf(p))) < 5_000  # the 300 paths alone are ~20 kB
