@@ -69,13 +69,22 @@ METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
 
-    __slots__ = ("meter", "node", "open_index", "run")
+    __slots__ = ("meter", "no", "node", "open_index", "resume", "run")
 
     def __init__(self, run: Run, node: Node, meter: StageMeter, open_index: int) -> None:
         self.run = run
         self.node = node
         self.meter = meter
         self.open_index = open_index  # how many times this node was opened before, ever
+        # resuming (see _state.py): the node's number in the graph when this is its first
+        # opening in the run, and the state it saved, to start from (None: from the start)
+        self.no: int | None = run.first_opening(node)
+        self.resume: Any = None if self.no is None else run.resume_nodes.get(self.no)
+
+    def seeker(self, fn: Callable[[int], Any]) -> None:
+        """A source says how to seek back to after its first ``k`` items (``fn(k)``)."""
+        if self.no is not None:
+            self.run.seekers[self.no] = fn
 
     @property
     def name(self) -> str:
@@ -120,6 +129,7 @@ class Node:
     items: int = CHANNEL_ITEMS  # ... and in items
     grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
+    resume: Any = None  # how its state is taken when resuming: see _state.py
     opens: itertools.count = field(default_factory=itertools.count, compare=False)
 
 
@@ -320,7 +330,10 @@ class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
     def __init__(
-        self, root: Pipeline[Any] | None = None, opens: dict[int, int] | None = None
+        self,
+        root: Pipeline[Any] | None = None,
+        opens: dict[int, int] | None = None,
+        nodes: dict[int, Any] | None = None,
     ) -> None:
         # Static nodes are numbered in the root's graph, so a state can name them; `opens`
         # (from a state) gives the open_index each node had in the run being resumed.
@@ -328,6 +341,8 @@ class Run:
         self.resume_opens = opens
         self.first_open: dict[int, int] = {}
         self.open_counts: dict[int, int] = {}
+        self.resume_nodes: dict[int, Any] = nodes or {}  # node states a resumed run starts from
+        self.seekers: dict[int, Callable[[int], Any]] = {}  # see Ctx.seeker
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
@@ -391,6 +406,11 @@ class Run:
                 base = self.resume_opens.get(idx, fresh)
             self.first_open[idx] = base
         return self.first_open[idx] + k
+
+    def first_opening(self, node: Node) -> int | None:
+        """The node's number when it is being opened for the first time in this run."""
+        idx = self.node_index.get(id(node))
+        return idx if idx is not None and self.open_counts.get(idx) == 1 else None
 
     def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar, overload
 
+from . import _state as _st
 from . import batching as _b
 from . import transforms as _t
 from ._autotune import AUTOTUNE, resolve_concurrency
@@ -185,6 +186,7 @@ class Pipeline(Generic[T]):
             task=concurrency != 1 or executor is not None or timeout is not None,
             holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
             key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
+            resume=_st.call_resume(keep, ordered, on_error),
             **kw,
         )
 
@@ -226,7 +228,10 @@ class Pipeline(Generic[T]):
         """
         _check_int("start", start)
         return self._then(
-            "enumerate", lambda ctx, ins: _t.enumerate_chunks(ins[0](), start), key=(start,)
+            "enumerate",
+            lambda ctx, ins: _t.enumerate_chunks(ins[0](), _st.resumed(ctx.resume, "next", start)),
+            key=(start,),
+            resume=_st.counting(start),
         )
 
     def take(self, n: int) -> Pipeline[T]:
@@ -238,7 +243,9 @@ class Pipeline(Generic[T]):
             [0, 1, 2]
         """
         _check_int("take count", n, -1)
-        return self._then("take", _t.build_take(n), card=_t.card_take(n), key=(n,))
+        return self._then(
+            "take", _t.build_take(n), card=_t.card_take(n), key=(n,), resume=_st.taking(n)
+        )
 
     def skip(self, n: int) -> Pipeline[T]:
         """Everything after the first ``n`` items (nothing when ``n`` is -1).
@@ -250,7 +257,11 @@ class Pipeline(Generic[T]):
         """
         _check_int("skip count", n, -1)
         return self._then(
-            "skip", lambda ctx, ins: _t.skip_chunks(ins[0](), n), card=_t.card_skip(n), key=(n,)
+            "skip",
+            lambda ctx, ins: _t.skip_chunks(ins[0](), _st.resumed(ctx.resume, "left", n)),
+            card=_t.card_skip(n),
+            key=(n,),
+            resume=_st.skipping(n),
         )
 
     def repeat(self, count: int | None = None) -> Pipeline[T]:
@@ -312,6 +323,7 @@ class Pipeline(Generic[T]):
             items=CHUNK_MAX if auto else size,
             grow_to=size if auto else 0,
             key=(n,),
+            resume=_st.one_to_one,
         )
 
     def pipe(self, stage: Callable[[AsyncIterator[T]], AsyncIterator[U]]) -> Pipeline[U]:
@@ -377,6 +389,7 @@ class Pipeline(Generic[T]):
             holds=size,
             mult=size,
             key=(size, drop_remainder, collate),
+            resume=_st.per_batch(size),
         )
 
     def unbatch(self) -> Pipeline[Any]:
@@ -465,6 +478,7 @@ class Pipeline(Generic[T]):
             task=concurrency is not None,
             holds=_c.interleave_holds(cycle_length, concurrency),
             key=(fn, cycle_length, block_length, concurrency, ordered),
+            resume=None if ordered else _st.Refuse(_st.UNORDERED),
         )
 
     # -- ordering, grouping, sampling (issue 4) ------------------------------------------
@@ -600,6 +614,7 @@ class Pipeline(Generic[T]):
             card=_o.card_unknown,
             holds=num_partitions * (_p.INPUT_ITEMS + CHANNEL_ITEMS + CHUNK_MAX),
             key=(key, num_partitions, fn),
+            resume=_st.Refuse("merges its partitions as they are ready: a replay would differ"),
         )
 
     def padded_batch(
@@ -625,6 +640,7 @@ class Pipeline(Generic[T]):
             holds=size,
             mult=size,
             key=(size, padding_value, drop_remainder),
+            resume=_st.per_batch(size),
         )
 
     def bucket_by_length(

@@ -30,6 +30,7 @@ from ._runtime import (
     Opener,
     aclosing,
 )
+from ._state import resumed
 from .errors import PipelineError, annotate
 
 __all__ = [
@@ -164,13 +165,13 @@ async def enumerate_chunks(src: ChunkIter, start: int) -> ChunkIter:
 
 
 def build_take(n: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    async def take(src: ChunkIter) -> ChunkIter:
-        if n == 0:
+    async def take(src: ChunkIter, left: int) -> ChunkIter:
+        if left == 0:
+            await src.aclose()
             return
-        left = n
         async with aclosing(src):  # closing stops the upstream at once
             async for chunk in src:
-                if n < 0:
+                if left < 0:
                     yield chunk
                     continue
                 if len(chunk) >= left:
@@ -179,14 +180,14 @@ def build_take(n: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
                 left -= len(chunk)
                 yield chunk
 
-    return lambda ctx, inputs: take(inputs[0]())
+    return lambda ctx, inputs: take(inputs[0](), resumed(ctx.resume, "left", n))
 
 
 async def skip_chunks(src: ChunkIter, n: int) -> ChunkIter:
     left = n
     async with aclosing(src):
         async for chunk in src:
-            if n < 0:
+            if left < 0:
                 continue
             if left:
                 if len(chunk) <= left:
