@@ -90,7 +90,9 @@ class Position:
         which = np.searchsorted(ends, v, side="right")
         return starts[which] + v - (ends[which] - lens[which])
 
-    def items(self, read: Callable[[np.ndarray], Iterable[Any]], epoch: int | None) -> Iterator[Any]:
+    def items(
+        self, read: Callable[[np.ndarray], Iterable[Any]], epoch: int | None
+    ) -> Iterator[Any]:
         """This rank's items from ``start`` on (``epoch`` None: no shuffle)."""
         num, idx = self.shard
         total = len(range(idx, self.length(), num))

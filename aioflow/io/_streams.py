@@ -13,6 +13,7 @@ the record it is parsing, never the whole file. A gzip or zlib stream (tf.data's
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import weakref
@@ -24,7 +25,8 @@ import aiofiles.threadpool
 
 from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, Run
-from ..errors import BadInput, PipelineError
+from .._state import SEEK
+from ..errors import BadInput, PipelineError, StateMismatch
 from ..pipeline import Pipeline
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "is_url",
     "open_stream",
     "reader",
+    "SeekLog",
 ]
 
 BLOCK_MIN = 64 * 1024
@@ -68,8 +71,8 @@ class LocalStream:
         self._f = aiofiles.threadpool.wrap(raw, loop=asyncio.get_running_loop())
 
     @classmethod
-    async def open(cls, path: str) -> LocalStream:
-        fut = asyncio.get_running_loop().run_in_executor(None, _open_rb, path)
+    async def open(cls, path: str, offset: int = 0) -> LocalStream:
+        fut = asyncio.get_running_loop().run_in_executor(None, _open_rb, path, offset)
         try:
             raw = await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -85,8 +88,11 @@ class LocalStream:
         self._raw.close()
 
 
-def _open_rb(path: str) -> Any:
-    return open(path, "rb")  # LocalStream closes it
+def _open_rb(path: str, offset: int = 0) -> Any:
+    f = open(path, "rb")  # noqa: SIM115 - LocalStream closes it
+    if offset:
+        f.seek(offset)
+    return f
 
 
 def _close_opened(fut: asyncio.Future[Any]) -> None:
@@ -170,11 +176,12 @@ class _Inflating:
 
 @contextlib.asynccontextmanager
 async def open_stream(
-    path: str, ctx: Ctx, compression: str | None = None
+    path: str, ctx: Ctx, compression: str | None = None, offset: int = 0
 ) -> AsyncIterator[ByteStream]:
     """Open ``path`` for reading bytes; closed when the block exits (break and error too).
 
     With ``compression`` ("GZIP" or "ZLIB") the bytes read are the decompressed ones.
+    ``offset``: where to start (a local, uncompressed file: see ``SeekLog``).
     """
     stream: ByteStream
     if is_url(path):
@@ -182,7 +189,7 @@ async def open_stream(
 
         stream = await open_url(path, ctx)
     else:
-        stream = await LocalStream.open(local_path(path))
+        stream = await LocalStream.open(local_path(path), offset)
     if compression is not None:
         stream = _Inflating(stream, compression, path)
     try:
@@ -251,6 +258,61 @@ class Buffered:
         self.offset += n
 
 
+class SeekLog:
+    """Where a file reader can seek back to: ``(items produced, where)`` at block starts.
+
+    A reader calls ``mark(offset=..., ...)`` before the items of each block it parses
+    and ``produced += n`` after; the run's ``state_dict`` asks ``at(k)`` (from any thread)
+    for the place to seek to after ``k`` items out: the last mark at or before, plus how
+    many items to leave out after it (at most a block's). A resumed reader starts at
+    ``start`` (its saved ``where``) and leaves out ``skip`` items first. Only local,
+    uncompressed files seek; the others replay.
+    """
+
+    KEEP = 4096  # marks kept: far more than the items a run holds between it and the consumer
+
+    def __init__(self, ctx: Ctx, path: str, compression: str | None, **start: int) -> None:
+        st = ctx.resume if isinstance(ctx.resume, dict) else {}
+        self.start = {k: int(st.get(k, v)) for k, v in start.items()}
+        self.skip = self._skip0 = int(st.get("skip", 0))
+        if min(self.start.values(), default=0) < 0 or self.skip < 0:
+            raise StateMismatch(f"{ctx.name}: bad state {ctx.resume!r:.200}")
+        self.marks: collections.deque[tuple[int, dict[str, int]]] = collections.deque(
+            maxlen=self.KEEP
+        )
+        self.produced = 0
+        if compression is None and not is_url(path):
+            ctx.seeker(self.at)
+
+    def mark(self, **where: int) -> None:
+        self.marks.append((self.produced, where))
+
+    def drop(self, items: list[Any]) -> list[Any]:
+        """The items of a block without those a resumed run leaves out."""
+        if self.skip and items:
+            n = min(self.skip, len(items))
+            self.skip -= n
+            self.produced += n
+            items = items[n:]
+        self.produced += len(items)
+        return items
+
+    def at(self, k: int) -> dict[str, int] | None:
+        target = k + self._skip0
+        for _ in range(100):
+            try:
+                marks = list(self.marks)
+                break
+            except RuntimeError:  # appended to meanwhile (the run's thread)
+                continue
+        else:
+            return None
+        for produced, where in reversed(marks):
+            if produced <= target:
+                return {**where, "skip": target - produced}
+        return None
+
+
 def bad_input(
     ctx: Ctx | None,
     path: str,
@@ -306,4 +368,5 @@ def reader(
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(p, ctx, _policy(ctx, on_error))
 
-    return Pipeline(Node(name, build, card=lambda _: card, task=task, key=(p, on_error, *key)))
+    node = Node(name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK)
+    return Pipeline(node)

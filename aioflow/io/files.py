@@ -23,6 +23,7 @@ from ..pipeline import Pipeline
 from ._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
+    SeekLog,
     bad_input,
     check_compression,
     check_path,
@@ -139,12 +140,15 @@ def _decode_lines(seg: bytes, encoding: str) -> tuple[list[Any], bool]:
 
 
 async def _line_blocks(
-    path: str, ctx: Ctx, encoding: str, compression: str | None
+    path: str, ctx: Ctx, encoding: str, compression: str | None, log: SeekLog
 ) -> AsyncIterator[tuple[int, list[Any], bool]]:
-    """``(number of its first line, lines, has undecodable lines)`` for each block."""
-    async with open_stream(path, ctx, compression) as s:
+    """``(number of its first line, lines, has undecodable lines)`` for each block.
+
+    Before each block, ``log`` is told where it starts (byte offset and line number).
+    """
+    offset, lineno = log.start["offset"], log.start["line"]
+    async with open_stream(path, ctx, compression, offset) as s:
         rest = bytearray()
-        lineno = 1
         block = BLOCK_MIN
         while True:
             data = await s.read(block)
@@ -153,6 +157,7 @@ async def _line_blocks(
             if not data:
                 if rest:  # the last line has no newline
                     lines, bad = _decode_lines(bytes(rest), encoding)
+                    log.mark(offset=offset, line=lineno)
                     yield lineno, lines, bad
                 return
             cut = data.rfind(b"\n")
@@ -166,8 +171,10 @@ async def _line_blocks(
                 seg = data[:cut]
             rest = bytearray(data[cut + 1 :])
             lines, bad = _decode_lines(seg, encoding)
+            log.mark(offset=offset, line=lineno)
             yield lineno, lines, bad
             lineno += len(lines)
+            offset += len(seg) + 1
 
 
 def _check_encoding(encoding: str) -> str:
@@ -203,7 +210,8 @@ def read_lines(
     comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp):
+        log = SeekLog(ctx, p, comp, offset=0, line=1)
+        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
             if bad:
                 good: list[Any] = []
                 for i, s in enumerate(lines):
@@ -211,12 +219,12 @@ def read_lines(
                         err = bad_input(ctx, p, f"not {encoding}: {s.exc}", line=lineno + i)
                         if policy.skip(err, ctx, lineno + i - 1):
                             continue
-                        for c in chunked(good):
+                        for c in chunked(log.drop(good)):
                             yield c
                         raise err from s.exc
                     good.append(s)
                 lines = good
-            for c in chunked(lines):
+            for c in chunked(log.drop(lines)):
                 yield c
 
     return reader("read_lines", path, gen, on_error=on_error, key=(encoding, comp))
@@ -248,14 +256,15 @@ def read_jsonl(
     loads = json.loads
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp):
+        log = SeekLog(ctx, p, comp, offset=0, line=1)
+        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
             if not bad:
                 try:
                     objs = [loads(s) for s in lines if s and not s.isspace()]
                 except ValueError:
                     objs = None  # find the bad line(s) on the slow path below
                 if objs is not None:
-                    for c in chunked(objs):
+                    for c in chunked(log.drop(objs)):
                         yield c
                     continue
             out: list[Any] = []
@@ -274,10 +283,10 @@ def read_jsonl(
                 err = bad_input(ctx, p, f"malformed JSON line: {exc}", line=lineno + i)
                 if policy.skip(err, ctx, lineno + i - 1):
                     continue
-                for c in chunked(out):
+                for c in chunked(log.drop(out)):
                     yield c
                 raise err from exc
-            for c in chunked(out):
+            for c in chunked(log.drop(out)):
                 yield c
 
     return reader("read_jsonl", path, gen, on_error=on_error, key=(encoding, comp))

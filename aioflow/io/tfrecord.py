@@ -18,7 +18,7 @@ from typing import Any
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..pipeline import Pipeline
-from ._streams import Buffered, bad_input, check_compression, open_stream, reader
+from ._streams import Buffered, SeekLog, bad_input, check_compression, open_stream, reader
 
 __all__ = ["crc32c", "crc32c_py", "masked_crc", "read_tfrecord"]
 
@@ -137,12 +137,16 @@ def read_tfrecord(
     comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        index = 0  # records seen, for the position of a skipped one
-        async with open_stream(p, ctx, comp) as s:
+        log = SeekLog(ctx, p, comp, offset=0, index=0)
+        index = log.start["index"]  # records seen, for the position of a skipped one
+        async with open_stream(p, ctx, comp, log.start["offset"]) as s:
             buf = Buffered(s)
+            buf.offset = log.start["offset"]
             while True:
+                log.mark(offset=buf.offset, index=index)
                 out, problem, at = _parse(buf, check_crc)
                 index += len(out)
+                out = log.drop(out)
                 if out:
                     yield out
                 if problem is not None:
