@@ -101,13 +101,17 @@ class _Resumable:
             ...     list(rest)
             [2, 3, 4]
         """
-        from ._state import make_state, refuse_inexact, take_nodes
+        from ._state import make_state, next_opens, refuse_inexact, take_nodes
 
         refuse_inexact(self._pipeline)
         run = self._current_run()
         if run is None:
-            nodes = None if self._nodes is None else {str(k): v for k, v in self._nodes.items()}
-            return make_state(self._pipeline, self._count, self._opens or {}, nodes)
+            if self._nodes is not None:
+                nodes = {str(k): v for k, v in self._nodes.items()}
+            else:
+                nodes = take_nodes(self._pipeline, None, self._count)
+            opens = self._opens if self._opens is not None else next_opens(self._pipeline)
+            return make_state(self._pipeline, self._count, opens, nodes)
         nodes = take_nodes(self._pipeline, run, self._count - self._base)
         return make_state(self._pipeline, self._count, run.first_open, nodes)
 

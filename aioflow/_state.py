@@ -16,15 +16,16 @@ A state is plain data (``json`` and ``pickle`` store it)::
   input and holds nothing else but ``state`` (JSON-safe; ``prev`` is the state it was
   resumed from, or None). A run resumed from the state opens the node with
   ``ctx.resume = state`` and its input resumed after ``k_in`` items;
-- ``SEEK``: a source that calls ``ctx.seeker(fn)`` when it opens; ``fn(k)`` is the state
-  to seek back to after its first ``k`` items (or None when it cannot);
+- ``Seek(start)``: a source that calls ``ctx.seeker(fn)`` when it opens; ``fn(k)`` is the
+  state to seek back to after its first ``k`` items (or None when it cannot), and
+  ``start()`` the state before it opened (``SEEK``: none, replay);
 - ``Refuse(why)``: the stage cannot be resumed exactly (its order depends on timing):
   ``state_dict()`` raises ``PipelineError`` naming it;
 - ``None``: the stage holds what cannot be translated (a shuffle buffer, a filter's
   dropped items); the state falls back to replaying.
 
 ``state_dict()`` walks from the sink to the source through ``resume`` functions: when it
-reaches a ``SEEK`` source, every node on the way gets its state and resuming costs what
+reaches a ``Seek`` source, every node on the way gets its state and resuming costs what
 one chunk of the source costs, wherever the epoch was. Otherwise (**replay**, ``nodes``
 null) resuming runs the pipeline again with the same open indexes and leaves out
 ``position`` items: exact for deterministic pipelines, but it recomputes them.
@@ -43,10 +44,21 @@ if TYPE_CHECKING:
     from ._runtime import Run
     from .pipeline import Pipeline
 
-__all__ = ["SEEK", "Refuse", "check_state", "fingerprint", "make_state", "take_nodes"]
+__all__ = ["SEEK", "Refuse", "Seek", "check_state", "fingerprint", "make_state", "take_nodes"]
 
 STATE_VERSION = 2
-SEEK = "seek"
+
+
+class Seek:
+    """``Node.resume`` of a source that seeks; ``start()``: its state before any item."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[], Any] | None = None) -> None:
+        self.start = start
+
+
+SEEK = Seek()
 UNORDERED = "yields in completion order (ordered=False): a replay would differ"
 
 
@@ -154,9 +166,11 @@ def check_state(
     if not isinstance(raw, dict):
         raise StateMismatch(f"bad open indexes in state: {raw!r:.200}")
     try:
-        opens = {int(k): _count("open index", v) for k, v in raw.items()}
+        opens = {int(k): v for k, v in raw.items()}
     except ValueError:
         raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
+    for v in opens.values():
+        _count("open index", v)
     nodes = state.get("nodes")
     if nodes is None:
         return pos, opens, None
@@ -183,26 +197,53 @@ def refuse_inexact(pipeline: Pipeline[Any]) -> None:
         stack.extend(node.inputs)
 
 
-def take_nodes(pipeline: Pipeline[Any], run: Run, k: int) -> dict[str, Any] | None:
-    """Per-node states after the run yielded ``k`` items, or None (replay instead)."""
+def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
+    """The open indexes a run of ``pipeline`` started now would give its nodes."""
+    import copy
+
+    from ._runtime import _number_nodes
+
+    out: dict[int, int] = {}
+    stack = [pipeline]
+    nums = _number_nodes(pipeline)
+    while stack:
+        node = stack.pop()._node
+        no = nums[id(node)]
+        if no not in out:
+            out[no] = next(copy.copy(node.opens))  # a peek: the node's own count is untouched
+            stack.extend(node.inputs)
+    return out
+
+
+def take_nodes(pipeline: Pipeline[Any], run: Run | None, k: int) -> dict[str, Any] | None:
+    """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay)."""
+    from ._runtime import _number_nodes
+
+    index = run.node_index if run is not None else _number_nodes(pipeline)
+    prev = run.resume_nodes if run is not None else {}
     nodes: dict[str, Any] = {}
     p = pipeline
     while True:
         node = p._node
-        no = run.node_index.get(id(node))
+        no = index.get(id(node))
         if no is None:
             return None
         r = node.resume
-        if r == SEEK:
-            seek: Callable[[int], Any] | None = run.seekers.get(no)
-            st = None if seek is None else seek(k)
+        if isinstance(r, Seek):
+            seek = run.seekers.get(no) if run is not None else None
+            if seek is not None:
+                st = seek(k)
+            elif k == 0:  # not opened yet: where it would start
+                st = prev.get(no) if no in prev else (r.start() if r.start else None)
+            else:
+                st = None
             if st is None:
                 return None
             nodes[str(no)] = st
             return nodes
         if not callable(r) or len(node.inputs) != 1:
             return None
-        st, k = r(run.resume_nodes.get(no), k)
+        st, k = r(prev.get(no), k)
         nodes[str(no)] = st
         p = node.inputs[0]
 

@@ -264,7 +264,7 @@ def index_source(
 ) -> Pipeline[Any]:
     """``from_source`` under a stage name of its own (``from_torch_dataset``'s)."""
     from ._index import Position
-    from ._state import SEEK
+    from ._state import Seek
 
     if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")):
         raise PipelineError(
@@ -291,4 +291,5 @@ def index_source(
 
     card = len(builtins.range(idx, n, num))
     key = (type(seq).__name__, n, shuffle)
-    return Pipeline(Node(name, build, card=lambda _: card, task=True, key=key, resume=SEEK))
+    start = Seek(lambda: Position(n, base_seed, (num, idx), None, 0).after(0))
+    return Pipeline(Node(name, build, card=lambda _: card, task=True, key=key, resume=start))

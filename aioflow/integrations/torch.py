@@ -26,7 +26,14 @@ from ..pipeline import Pipeline
 from ..sources import Shard, from_iterable, index_source, resolve_shard
 from ..transforms import build_map
 
-__all__ = ["collate", "from_torch_dataset", "make_collate", "pin_memory", "to_torch"]
+__all__ = [
+    "collate",
+    "from_torch_dataset",
+    "make_collate",
+    "pin_memory",
+    "stateful_dataset",
+    "to_torch",
+]
 
 log = logging.getLogger("aioflow")
 
@@ -221,3 +228,33 @@ def pin_memory(p: Pipeline[Any]) -> Pipeline[Any]:
         _pin, concurrency=1, executor="thread", ordered=True, on_error="raise", timeout=None
     )
     return p._then("pin_memory", build, task=True, holds=1 + CHUNK_MAX, key=("pin_memory",))
+
+
+# -- checkpoints --------------------------------------------------------------------------
+_stateful_class: list[type] = []
+
+
+def stateful_dataset(pipeline: Pipeline[Any]) -> Any:
+    """The pipeline as a torch ``IterableDataset`` with ``state_dict``/``load_state_dict``.
+
+    An ``af.StatefulLoader`` that torch's ``DataLoader`` and torchdata's
+    ``StatefulDataLoader`` take as a dataset (use ``batch_size=None``: the pipeline
+    batches): ``dl.state_dict()`` / ``dl.load_state_dict(sd)`` then checkpoint and resume
+    it, by seeking where its stages allow (see docs/checkpointing.md).
+
+    Example:
+        >>> import torch, aioflow as af
+        >>> from aioflow.integrations.torch import stateful_dataset
+        >>> ds = stateful_dataset(af.range(5).batch(2, collate=list))
+        >>> list(torch.utils.data.DataLoader(ds, batch_size=None))
+        [[0, 1], [2, 3], [4]]
+    """
+    import torch
+
+    from ..checkpoint import StatefulLoader
+
+    if not _stateful_class:
+        _stateful_class.append(
+            type("StatefulPipelineDataset", (StatefulLoader, torch.utils.data.IterableDataset), {})
+        )
+    return _stateful_class[0](pipeline)
