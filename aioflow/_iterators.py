@@ -105,6 +105,7 @@ class _Resumable:
 
         refuse_inexact(self._pipeline)
         run = self._current_run()
+        nodes: dict[str, Any] | None
         if run is None:
             if self._nodes is not None:
                 nodes = {str(k): v for k, v in self._nodes.items()}
