@@ -106,7 +106,8 @@ def huge_start() -> None:
     extra = (proc.memory_info().rss - rss0) / 2**20
     assert len(set(first)) == 1000
     print(
-        f"from_source(len 10**9, shuffle=True): first 1,000 items in {dt:.3f} s, +{extra:.1f} MiB RSS"
+        f"from_source(len 10**9, shuffle=True): first 1,000 items in {dt:.3f} s,"
+        f" +{extra:.1f} MiB RSS"
     )
 
 
