@@ -69,7 +69,7 @@ METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
 
-    __slots__ = ("meter", "no", "node", "open_index", "resume", "run")
+    __slots__ = ("hook", "meter", "no", "node", "open_index", "resume", "run")
 
     def __init__(self, run: Run, node: Node, meter: StageMeter, open_index: int) -> None:
         self.run = run
@@ -80,18 +80,33 @@ class Ctx:
         # opening in the run, and the state it saved, to start from (None: from the start)
         self.no: int | None = run.first_opening(node)
         self.resume: Any = None if self.no is None else run.resume_nodes.get(self.no)
+        self.hook: Callable[[Callable[[int], Any]], None] | None = None
+        if run.sub_resume is not None:  # the root of a sub-pipeline opened by Ctx.open
+            (self.resume, self.hook), run.sub_resume = run.sub_resume, None
 
     def seeker(self, fn: Callable[[int], Any]) -> None:
-        """A source says how to seek back to after its first ``k`` items (``fn(k)``)."""
+        """A node says where it was after its first ``k`` items out (``fn(k)``)."""
         if self.no is not None:
             self.run.seekers[self.no] = fn
+        elif self.hook is not None:
+            self.hook(fn)
 
     @property
     def name(self) -> str:
         return self.meter.name
 
-    def open(self, pipeline: Pipeline[Any]) -> ChunkIter:
-        """Open a sub-pipeline (from flat_map, interleave, ...) inside this run."""
+    def open(
+        self,
+        pipeline: Pipeline[Any],
+        resume: Any = None,
+        hook: Callable[[Callable[[int], Any]], None] | None = None,
+    ) -> ChunkIter:
+        """Open a sub-pipeline (from flat_map, interleave, ...) inside this run.
+
+        ``resume``/``hook``: the state its first stage starts from, and what gets that
+        stage's ``seeker`` (see ``_state.py``).
+        """
+        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
         gen = self.run.open(pipeline, parent=self.meter)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
@@ -343,6 +358,7 @@ class Run:
         self.open_counts: dict[int, int] = {}
         self.resume_nodes: dict[int, Any] = nodes or {}  # node states a resumed run starts from
         self.seekers: dict[int, Callable[[int], Any]] = {}  # see Ctx.seeker
+        self.sub_resume: tuple[Any, Any] | None = None  # see Ctx.open
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)

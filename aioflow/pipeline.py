@@ -206,6 +206,7 @@ class Pipeline(Generic[T]):
             _t.build_flat_map(fn),
             card=lambda _: UNKNOWN_CARD,
             key=(fn,),
+            resume=_st.LOGGED,
         )
 
     def scan(self, initial_state: Any, fn: Callable[[Any, T], tuple[Any, U]]) -> Pipeline[U]:

@@ -15,6 +15,7 @@ from time import perf_counter
 from typing import Any, TypeVar
 
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from ._state import COUNTED, counted_source
 from .errors import PipelineError, annotate
 from .pipeline import Pipeline
 
@@ -170,16 +171,15 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
     r = builtins.range(start) if stop is None else builtins.range(start, stop, step)
 
     async def gen(ctx: Ctx) -> ChunkIter:
-        for i in builtins.range(0, len(r), CHUNK_MAX):
+        for i in builtins.range(counted_source(ctx), len(r), CHUNK_MAX):
             yield list(r[i : i + CHUNK_MAX])
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(ctx)
 
     n = len(r)
-    return Pipeline(
-        Node("range", build, card=lambda _: n, task=True, key=(r.start, r.stop, r.step))
-    )
+    key = (r.start, r.stop, r.step)
+    return Pipeline(Node("range", build, card=lambda _: n, task=True, key=key, resume=COUNTED))
 
 
 # -- random access ------------------------------------------------------------------------

@@ -98,10 +98,14 @@ def build_map(
 
 
 def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    from ._state import ElementLog
+    from .pipeline import Pipeline
     from .sources import iterable_chunks
 
     async def flat(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         pos = 0
+        emitted = 0  # items out, for the state (see ElementLog)
+        log = ElementLog(ctx)
         out: list[Any] = []
         async with aclosing(src):
             async for chunk in src:
@@ -112,20 +116,31 @@ def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]]
                         if out:
                             yield out
                         raise annotate(e, ctx.name, pos) from None
+                    resume, drop = log.first() if pos == 0 else (None, 0)
                     pos += 1
                     if isinstance(sub, list | tuple):
-                        out.extend(sub)
+                        log.element(emitted + len(out), pos - 1, drop)
+                        out.extend(sub[drop:])
                         if len(out) >= CHUNK_MAX:
+                            emitted += len(out)
                             yield out
                             out = []
                         continue
                     if out:
+                        emitted += len(out)
                         yield out
                         out = []
-                    async with aclosing(iterable_chunks(sub, ctx)) as subchunks:
-                        async for c in subchunks:
+                    entry = log.element(emitted, pos - 1, drop)
+                    if isinstance(sub, Pipeline):
+                        subchunks = ctx.open(sub, resume, entry.hook)
+                    else:
+                        subchunks = iterable_chunks(sub, ctx)
+                    async with aclosing(skip_chunks(subchunks, drop)) as subs:
+                        async for c in subs:
+                            emitted += len(c)
                             yield c
                 if out:
+                    emitted += len(out)
                     yield out
                     out = []
 

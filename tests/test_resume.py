@@ -338,7 +338,7 @@ def test_merge_states_refuses_states_that_do_not_fit():
     _, t = interrupted(lambda: af.from_source(range(100)).take(50), 3)
     with pytest.raises(af.StateMismatch, match="hold nothing"):
         af.merge_states([t], num_shards=2)
-    _, r = interrupted(lambda: af.range(100), 3)
+    _, r = interrupted(lambda: af.from_source(range(100)).filter(bool), 3)
     with pytest.raises(af.StateMismatch, match="replays"):
         af.merge_states([r], num_shards=2)
 
@@ -391,3 +391,40 @@ def test_torchdata_stateful_dataloader_checkpoints_an_aioflow_pipeline_unchanged
     dl2 = make()
     dl2.load_state_dict(sd)
     assert head + list(dl2) == whole
+
+
+def test_files_read_through_flat_map_resume_at_the_file_and_offset(tmp_path):
+    for f in range(4):
+        write_jsonl(tmp_path / f"{f}.jsonl", 9000 * f)
+
+    def make():
+        files = af.list_files(str(tmp_path / "*.jsonl"), shuffle=True, seed=3)
+        return files.flat_map(af.read_jsonl).map(lambda r: r["i"]).batch(50, collate=list)
+
+    whole = make().to_list()
+    for k in (0, 1, 100, 179, 180, 300, len(whole)):
+        head, state = interrupted(make, k)
+        assert state["nodes"] is not None
+        assert head + resumed(make, state) == whole
+    _, state = interrupted(make, 300)
+    subs = [v["sub"] for v in state["nodes"].values() if isinstance(v, dict) and "sub" in v]
+    assert subs and subs[0]["offset"] > 0  # inside the file, by offset
+
+
+def test_one_item_files_over_list_files_resume_at_the_file(tmp_path):
+    import numpy as np
+
+    for f in range(30):
+        np.save(tmp_path / f"{f:02d}.npy", np.full(3, f))
+
+    def make():
+        files = af.list_files(str(tmp_path / "*.npy"))
+        return files.flat_map(af.read_npy).map(lambda a: int(a[0])).batch(4, collate=list)
+
+    whole = make().to_list()
+    head, state = interrupted(make, 3)
+    assert {"next": 12} in state["nodes"].values()  # the file list seeks
+    assert head + resumed(make, state) == whole
+    raw = lambda: af.list_files(str(tmp_path / "*.npy")).flat_map(af.read_bytes)  # noqa: E731
+    head, state = interrupted(raw, 7)
+    assert head + resumed(raw, state) == raw().to_list()

@@ -18,6 +18,7 @@ from typing import Any
 
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
+from .._state import COUNTED, counted_source
 from ..errors import PipelineError
 from ..pipeline import Pipeline
 from ._streams import (
@@ -97,16 +98,16 @@ def list_files(
             rng = random.Random(None if seed is None else seed * 1_000_003 + ctx.open_index)
             order = files.copy()
             rng.shuffle(order)
-        for c in chunked(order):
+        start = counted_source(ctx) if not shuffle or seed is not None else 0
+        for c in chunked(order[start:]):
             yield c
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(ctx)
 
     n = len(files)
-    return Pipeline(
-        Node("list_files", build, card=lambda _: n, task=True, key=(tuple(pats), shuffle, seed))
-    )
+    key = (tuple(pats), shuffle, seed)
+    return Pipeline(Node("list_files", build, card=lambda _: n, task=True, key=key, resume=COUNTED))
 
 
 # -- text lines -------------------------------------------------------------------------
