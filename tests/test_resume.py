@@ -157,7 +157,7 @@ def test_read_jsonl_resumes_at_the_byte_offset_of_the_block(tmp_path):
         head, state = interrupted(make, k)
         assert head + resumed(make, state) == whole
     _, state = interrupted(make, 1500)
-    where = [v for v in state["nodes"].values() if v][0]
+    where = next(v for v in state["nodes"].values() if v)
     assert where["offset"] > 0 and where["skip"] < 150_000
 
 
