@@ -113,8 +113,9 @@ class _Resumable:
                 nodes = take_nodes(self._pipeline, None, self._count)
             opens = self._opens if self._opens is not None else next_opens(self._pipeline)
             return make_state(self._pipeline, self._count, opens, nodes)
-        nodes = take_nodes(self._pipeline, run, self._count - self._base)
-        return make_state(self._pipeline, self._count, run.first_open, nodes)
+        opens = dict(run.first_open)
+        nodes = take_nodes(self._pipeline, run, self._count - self._base, opens)
+        return make_state(self._pipeline, self._count, opens if nodes else run.first_open, nodes)
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):

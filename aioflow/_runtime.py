@@ -78,18 +78,21 @@ class Ctx:
         self.open_index = open_index  # how many times this node was opened before, ever
         # resuming (see _state.py): the node's number in the graph when this is its first
         # opening in the run, and the state it saved, to start from (None: from the start)
-        self.no: int | None = run.first_opening(node)
-        self.resume: Any = None if self.no is None else run.resume_nodes.get(self.no)
+        self.no: int | None = run.node_index.get(id(node))
+        first = run.first_opening(node) is not None
+        self.resume: Any = run.resume_nodes.get(self.no) if first and self.no is not None else None
         self.hook: Callable[[Callable[[int], Any]], None] | None = None
         if run.sub_resume is not None:  # the root of a sub-pipeline opened by Ctx.open
             (self.resume, self.hook), run.sub_resume = run.sub_resume, None
 
     def seeker(self, fn: Callable[[int], Any]) -> None:
-        """A node says where it was after its first ``k`` items out (``fn(k)``)."""
-        if self.no is not None:
-            self.run.seekers[self.no] = fn
-        elif self.hook is not None:
+        """A node says where it was after its first ``k`` items out of this opening."""
+        if self.hook is not None:
             self.hook(fn)
+        elif self.no is not None:  # by opening: repeat opens its input again per epoch
+            seekers = self.run.seekers
+            seekers[(self.no, self.open_index)] = fn
+            seekers.pop((self.no, self.open_index - 2), None)  # two epochs are enough
 
     @property
     def name(self) -> str:
@@ -357,7 +360,7 @@ class Run:
         self.first_open: dict[int, int] = {}
         self.open_counts: dict[int, int] = {}
         self.resume_nodes: dict[int, Any] = nodes or {}  # node states a resumed run starts from
-        self.seekers: dict[int, Callable[[int], Any]] = {}  # see Ctx.seeker
+        self.seekers: dict[tuple[int, int], Callable[[int], Any]] = {}  # see Ctx.seeker
         self.sub_resume: tuple[Any, Any] | None = None  # see Ctx.open
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}

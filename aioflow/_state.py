@@ -219,22 +219,31 @@ def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
     return out
 
 
-def take_nodes(pipeline: Pipeline[Any], run: Run | None, k: int) -> dict[str, Any] | None:
-    """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay)."""
+def take_nodes(
+    pipeline: Pipeline[Any], run: Run | None, k: int, opens: dict[int, int] | None = None
+) -> dict[str, Any] | None:
+    """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay).
+
+    ``opens`` (the state's open indexes) is updated for the nodes upstream of a
+    ``repeat`` resumed in a later epoch than the run's first.
+    """
     from ._runtime import _number_nodes
 
     index = run.node_index if run is not None else _number_nodes(pipeline)
     prev = run.resume_nodes if run is not None else {}
     nodes: dict[str, Any] = {}
     p = pipeline
+    shift = 0  # the epoch of a repeat's input, counted in this run
     while True:
         node = p._node
         no = index.get(id(node))
         if no is None:
             return None
         r = node.resume
+        seek = None
+        if run is not None and no in run.first_open:
+            seek = run.seekers.get((no, run.first_open[no] + shift))
         if isinstance(r, Seek):
-            seek = run.seekers.get(no) if run is not None else None
             if seek is not None:
                 st = seek(k)
             elif k == 0:  # not opened yet: where it would start
@@ -246,19 +255,36 @@ def take_nodes(pipeline: Pipeline[Any], run: Run | None, k: int) -> dict[str, An
             nodes[str(no)] = st
             return nodes
         if r == LOGGED:
-            logged = run.seekers.get(no) if run is not None else None
-            res = logged(k) if logged is not None else ((prev.get(no), 0) if k == 0 else None)
+            res: Any = seek(k) if seek is not None else ((prev.get(no), 0) if k == 0 else None)
             if res is None:
                 return None
-            st, k = res
-            nodes[str(no)] = st
-            p = node.inputs[0]
-            continue
-        if not callable(r) or len(node.inputs) != 1:
+            st, k, later = res[0], res[1], (res[2] if len(res) > 2 else 0)
+            if later:  # a later epoch of a repeat: its input starts afresh
+                if shift:
+                    return None  # a repeat inside a repeat: replay
+                shift = later
+                prev = {}
+                if opens is not None:
+                    for up in _upstream(node, index):
+                        opens[up] = opens.get(up, 0) + later
+        elif callable(r) and len(node.inputs) == 1:
+            st, k = r(prev.get(no), k)
+        else:
             return None
-        st, k = r(prev.get(no), k)
         nodes[str(no)] = st
         p = node.inputs[0]
+
+
+def _upstream(node: Any, index: dict[int, int]) -> set[int]:
+    out: set[int] = set()
+    stack = list(node.inputs)
+    while stack:
+        q = stack.pop()._node
+        no = index.get(id(q))
+        if no is not None and no not in out:
+            out.add(no)
+            stack.extend(q.inputs)
+    return out
 
 
 def counted_source(ctx: Any) -> int:

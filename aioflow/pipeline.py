@@ -276,7 +276,11 @@ class Pipeline(Generic[T]):
         if count is not None:
             _check_int("repeat count", count, -1)
         return self._then(
-            "repeat", _t.build_repeat(count), card=_t.card_repeat(count), key=(count,)
+            "repeat",
+            _t.build_repeat(count),
+            card=_t.card_repeat(count),
+            key=(count,),
+            resume=_st.LOGGED,
         )
 
     def shard(self, num_shards: int, index: int) -> Pipeline[T]:

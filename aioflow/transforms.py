@@ -214,19 +214,33 @@ async def skip_chunks(src: ChunkIter, n: int) -> ChunkIter:
 
 
 def build_repeat(count: int | None) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    async def repeat(opener: Opener) -> ChunkIter:
-        epoch = 0
+    async def repeat(opener: Opener, ctx: Ctx) -> ChunkIter:
+        epoch = first = resumed(ctx.resume, "epoch", 0)  # epochs done before this run
+        starts: list[int] = []  # items out when each epoch of this run began
+
+        def at(k: int) -> tuple[Any, int, int] | None:
+            e = len(starts) - 1
+            while e >= 0 and starts[e] > k:
+                e -= 1
+            if e < len(starts) - 2 or e < 0:
+                return None  # an epoch whose input's state is gone (runtime keeps two)
+            return {"epoch": first + e}, k - starts[e], e
+
+        ctx.seeker(at)
+        out = 0
         while count is None or count < 0 or epoch < count:
             produced = False
+            starts.append(out)
             async with aclosing(opener()) as src:
                 async for chunk in src:
                     produced = True
+                    out += len(chunk)
                     yield chunk
             epoch += 1
             if not produced:  # an empty input repeated forever is empty (as in tf.data)
                 return
 
-    return lambda ctx, inputs: repeat(inputs[0])
+    return lambda ctx, inputs: repeat(inputs[0], ctx)
 
 
 def build_shard(num_shards: int, index: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:

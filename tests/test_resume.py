@@ -185,6 +185,20 @@ def test_read_lines_and_read_tfrecord_resume_by_offset(tmp_path):
             assert head + resumed(make, state) == whole
 
 
+def test_repeat_resumes_in_its_epoch_with_that_epoch_s_permutation():
+    def make():
+        p = af.from_source(range(1000), shuffle=True, seed=1).map(abs).repeat(4)
+        return p.batch(64, collate=list)
+
+    whole = make().to_list()
+    assert whole[0] != whole[16]  # another permutation per epoch
+    for k in (1, 15, 16, 17, 40, 62):
+        head, state = interrupted(make, k)
+        assert head + resumed(make, state) == whole
+    _, state = interrupted(make, 40)
+    assert {"epoch": 2} in state["nodes"].values()
+
+
 # -- what cannot seek replays; what cannot be exact refuses -------------------------------
 def test_stages_without_a_seekable_state_fall_back_to_replaying_exactly():
     def make():
@@ -264,6 +278,7 @@ STAGES = {
     "filter": lambda p, a: p.filter(lambda x, a=a: (x + a) % 3 != 0),
     "shuffle": lambda p, a: p.shuffle(a % 7 + 1, seed=a),
     "flat_map": lambda p, a: p.flat_map(lambda x: [x] * (x % 3)),
+    "repeat": lambda p, a: p.repeat(a % 3 + 1),
 }
 chains = st.lists(st.tuples(st.sampled_from(sorted(STAGES)), st.integers(0, 20)), max_size=4)
 
