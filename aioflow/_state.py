@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import types
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -285,78 +284,6 @@ def _upstream(node: Any, index: dict[int, int]) -> set[int]:
             out.add(no)
             stack.extend(q.inputs)
     return out
-
-
-def counted_source(ctx: Any) -> int:
-    """A source whose state is how many items it yielded: where to start (and log it)."""
-    start = resumed(ctx.resume, "next", 0)
-    if start < 0:
-        raise StateMismatch(f"{ctx.name}: bad state {ctx.resume!r:.200}")
-    ctx.seeker(lambda k: {"next": start + k})
-    return start
-
-
-COUNTED = Seek(lambda: {"next": 0})
-
-
-class _Element:
-    __slots__ = ("at", "drop", "pos", "seek")
-
-    def __init__(self, at: int, pos: int, drop: int) -> None:
-        self.at, self.pos, self.drop = at, pos, drop
-        self.seek: Callable[[int], Any] | None = None
-
-    def hook(self, fn: Callable[[int], Any]) -> None:
-        self.seek = fn
-
-
-class ElementLog:
-    """``flat_map``'s log: where each input element's items start in its output.
-
-    The state after ``k`` items out is ``{"sub": <state of the element's sub-pipeline>,
-    "drop": 0}`` when that sub-pipeline seeks (a file reader), else ``{"sub": null,
-    "drop": d}`` (its first ``d`` items are made again and left out), with the input
-    resumed at that element. Marks of the last ``KEEP`` elements are kept.
-    """
-
-    KEEP = 4096
-
-    def __init__(self, ctx: Any) -> None:
-        self.resume = ctx.resume if isinstance(ctx.resume, dict) else None
-        self.marks: deque[_Element] = deque(maxlen=self.KEEP)
-        ctx.seeker(self.at)
-
-    def first(self) -> tuple[Any, int]:
-        """The sub-state and items to leave out of the first element of a resumed run."""
-        if self.resume is None:
-            return None, 0
-        drop = self.resume.get("drop", 0)
-        if not isinstance(drop, int) or drop < 0:
-            raise StateMismatch(f"bad flat_map state {self.resume!r:.200}")
-        return self.resume.get("sub"), drop
-
-    def element(self, at: int, pos: int, drop: int) -> _Element:
-        e = _Element(at, pos, drop)
-        self.marks.append(e)
-        return e
-
-    def at(self, k: int) -> tuple[Any, int] | None:
-        for _ in range(100):
-            try:
-                marks = list(self.marks)
-                break
-            except RuntimeError:  # appended to meanwhile (the run's thread)
-                continue
-        else:
-            return None
-        for e in reversed(marks):
-            if e.at <= k:
-                r = k - e.at + e.drop
-                sub = e.seek(r) if e.seek is not None and r >= 0 else None
-                if sub is not None:
-                    return {"sub": sub, "drop": 0}, e.pos
-                return {"sub": None, "drop": r}, e.pos
-        return (self.resume, 0) if k == 0 and not marks else None
 
 
 # -- the resume functions of the one-input operators (Node.resume) ------------------------

@@ -14,8 +14,8 @@ from itertools import islice
 from time import perf_counter
 from typing import Any, TypeVar
 
+from ._logs import COUNTED, counted_source
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
-from ._state import COUNTED, counted_source
 from .errors import PipelineError, annotate
 from .pipeline import Pipeline
 

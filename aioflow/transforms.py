@@ -98,7 +98,7 @@ def build_map(
 
 
 def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    from ._state import ElementLog
+    from ._logs import ElementLog
     from .pipeline import Pipeline
     from .sources import iterable_chunks
 

@@ -13,7 +13,6 @@ the record it is parsing, never the whole file. A gzip or zlib stream (tf.data's
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import os
 import weakref
@@ -26,7 +25,7 @@ import aiofiles.threadpool
 from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, Run
 from .._state import SEEK
-from ..errors import BadInput, PipelineError, StateMismatch
+from ..errors import BadInput, PipelineError
 from ..pipeline import Pipeline
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "is_url",
     "open_stream",
     "reader",
-    "SeekLog",
 ]
 
 BLOCK_MIN = 64 * 1024
@@ -256,61 +254,6 @@ class Buffered:
     def skip(self, n: int) -> None:
         self.pos += n
         self.offset += n
-
-
-class SeekLog:
-    """Where a file reader can seek back to: ``(items produced, where)`` at block starts.
-
-    A reader calls ``mark(offset=..., ...)`` before the items of each block it parses
-    and ``produced += n`` after; the run's ``state_dict`` asks ``at(k)`` (from any thread)
-    for the place to seek to after ``k`` items out: the last mark at or before, plus how
-    many items to leave out after it (at most a block's). A resumed reader starts at
-    ``start`` (its saved ``where``) and leaves out ``skip`` items first. Only local,
-    uncompressed files seek; the others replay.
-    """
-
-    KEEP = 4096  # marks kept: far more than the items a run holds between it and the consumer
-
-    def __init__(self, ctx: Ctx, path: str, compression: str | None, **start: int) -> None:
-        st = ctx.resume if isinstance(ctx.resume, dict) else {}
-        self.start = {k: int(st.get(k, v)) for k, v in start.items()}
-        self.skip = self._skip0 = int(st.get("skip", 0))
-        if min(self.start.values(), default=0) < 0 or self.skip < 0:
-            raise StateMismatch(f"{ctx.name}: bad state {ctx.resume!r:.200}")
-        self.marks: collections.deque[tuple[int, dict[str, int]]] = collections.deque(
-            maxlen=self.KEEP
-        )
-        self.produced = 0
-        if compression is None and not is_url(path):
-            ctx.seeker(self.at)
-
-    def mark(self, **where: int) -> None:
-        self.marks.append((self.produced, where))
-
-    def drop(self, items: list[Any]) -> list[Any]:
-        """The items of a block without those a resumed run leaves out."""
-        if self.skip and items:
-            n = min(self.skip, len(items))
-            self.skip -= n
-            self.produced += n
-            items = items[n:]
-        self.produced += len(items)
-        return items
-
-    def at(self, k: int) -> dict[str, int] | None:
-        target = k + self._skip0
-        for _ in range(100):
-            try:
-                marks = list(self.marks)
-                break
-            except RuntimeError:  # appended to meanwhile (the run's thread)
-                continue
-        else:
-            return None
-        for produced, where in reversed(marks):
-            if produced <= target:
-                return {**where, "skip": target - produced}
-        return None
 
 
 def bad_input(

@@ -17,14 +17,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from .._calls import ErrorPolicy
+from .._logs import COUNTED, SeekLog, counted_source
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
-from .._state import COUNTED, counted_source
 from ..errors import PipelineError
 from ..pipeline import Pipeline
 from ._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
-    SeekLog,
     bad_input,
     check_compression,
     check_path,

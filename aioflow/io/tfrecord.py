@@ -16,9 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .._calls import ErrorPolicy
+from .._logs import SeekLog
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..pipeline import Pipeline
-from ._streams import Buffered, SeekLog, bad_input, check_compression, open_stream, reader
+from ._streams import Buffered, bad_input, check_compression, open_stream, reader
 
 __all__ = ["crc32c", "crc32c_py", "masked_crc", "read_tfrecord"]
 

@@ -1,0 +1,155 @@
+"""The logs a running node keeps so that a state can say where it was (see ``_state.py``).
+
+A node runs ahead of the consumer: when ``state_dict()`` is called for the consumer's
+``k``-th item, the sources and the nodes that change counts (``flat_map``, file readers)
+look ``k`` up in a short log of where their recent chunks began. Each log is appended to
+on the run's loop and read from the consumer's thread (copies retried if appended to
+meanwhile); each keeps its last ``KEEP`` marks, far more than a run holds in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._state import Seek, resumed
+from .errors import StateMismatch
+
+if TYPE_CHECKING:
+    from ._runtime import Ctx
+
+__all__ = ["COUNTED", "ElementLog", "SeekLog", "counted_source"]
+
+M = TypeVar("M")
+
+
+def _is_url(path: str) -> bool:
+    from .io._streams import is_url
+
+    return is_url(path)
+
+
+def snapshot(marks: deque[M]) -> list[M] | None:
+    """A copy of a log appended to by another thread (None if it kept changing)."""
+    for _ in range(100):
+        try:
+            return list(marks)
+        except RuntimeError:  # appended to meanwhile (the run's thread)
+            continue
+    return None
+
+
+def counted_source(ctx: Any) -> int:
+    """A source whose state is how many items it yielded: where to start (and log it)."""
+    start = resumed(ctx.resume, "next", 0)
+    if start < 0:
+        raise StateMismatch(f"{ctx.name}: bad state {ctx.resume!r:.200}")
+    ctx.seeker(lambda k: {"next": start + k})
+    return start
+
+
+COUNTED = Seek(lambda: {"next": 0})
+
+
+class _Element:
+    __slots__ = ("at", "drop", "pos", "seek")
+
+    def __init__(self, at: int, pos: int, drop: int) -> None:
+        self.at, self.pos, self.drop = at, pos, drop
+        self.seek: Callable[[int], Any] | None = None
+
+    def hook(self, fn: Callable[[int], Any]) -> None:
+        self.seek = fn
+
+
+class ElementLog:
+    """``flat_map``'s log: where each input element's items start in its output.
+
+    The state after ``k`` items out is ``{"sub": <state of the element's sub-pipeline>,
+    "drop": 0}`` when that sub-pipeline seeks (a file reader), else ``{"sub": null,
+    "drop": d}`` (its first ``d`` items are made again and left out), with the input
+    resumed at that element. Marks of the last ``KEEP`` elements are kept.
+    """
+
+    KEEP = 4096
+
+    def __init__(self, ctx: Any) -> None:
+        self.resume = ctx.resume if isinstance(ctx.resume, dict) else None
+        self.marks: deque[_Element] = deque(maxlen=self.KEEP)
+        ctx.seeker(self.at)
+
+    def first(self) -> tuple[Any, int]:
+        """The sub-state and items to leave out of the first element of a resumed run."""
+        if self.resume is None:
+            return None, 0
+        drop = self.resume.get("drop", 0)
+        if not isinstance(drop, int) or drop < 0:
+            raise StateMismatch(f"bad flat_map state {self.resume!r:.200}")
+        return self.resume.get("sub"), drop
+
+    def element(self, at: int, pos: int, drop: int) -> _Element:
+        e = _Element(at, pos, drop)
+        self.marks.append(e)
+        return e
+
+    def at(self, k: int) -> tuple[Any, int] | None:
+        marks = snapshot(self.marks)
+        if marks is None:
+            return None
+        for e in reversed(marks):
+            if e.at <= k:
+                r = k - e.at + e.drop
+                sub = e.seek(r) if e.seek is not None and r >= 0 else None
+                if sub is not None:
+                    return {"sub": sub, "drop": 0}, e.pos
+                return {"sub": None, "drop": r}, e.pos
+        return (self.resume, 0) if k == 0 and not marks else None
+
+
+class SeekLog:
+    """Where a file reader can seek back to: ``(items produced, where)`` at block starts.
+
+    A reader calls ``mark(offset=..., ...)`` before the items of each block it parses
+    and ``produced += n`` after; the run's ``state_dict`` asks ``at(k)`` (from any thread)
+    for the place to seek to after ``k`` items out: the last mark at or before, plus how
+    many items to leave out after it (at most a block's). A resumed reader starts at
+    ``start`` (its saved ``where``) and leaves out ``skip`` items first. Only local,
+    uncompressed files seek; the others replay.
+    """
+
+    KEEP = 4096  # marks kept: far more than the items a run holds between it and the consumer
+
+    def __init__(self, ctx: Ctx, path: str, compression: str | None, **start: int) -> None:
+        st = ctx.resume if isinstance(ctx.resume, dict) else {}
+        self.start = {k: int(st.get(k, v)) for k, v in start.items()}
+        self.skip = self._skip0 = int(st.get("skip", 0))
+        if min(self.start.values(), default=0) < 0 or self.skip < 0:
+            raise StateMismatch(f"{ctx.name}: bad state {ctx.resume!r:.200}")
+        self.marks: deque[tuple[int, dict[str, int]]] = deque(maxlen=self.KEEP)
+        self.produced = 0
+        if compression is None and not _is_url(path):
+            ctx.seeker(self.at)
+
+    def mark(self, **where: int) -> None:
+        self.marks.append((self.produced, where))
+
+    def drop(self, items: list[Any]) -> list[Any]:
+        """The items of a block without those a resumed run leaves out."""
+        if self.skip and items:
+            n = min(self.skip, len(items))
+            self.skip -= n
+            self.produced += n
+            items = items[n:]
+        self.produced += len(items)
+        return items
+
+    def at(self, k: int) -> dict[str, int] | None:
+        target = k + self._skip0
+        marks = snapshot(self.marks)
+        if marks is None:
+            return None
+        for produced, where in reversed(marks):
+            if produced <= target:
+                return {**where, "skip": target - produced}
+        return None
