@@ -19,7 +19,7 @@ from .errors import StateMismatch
 if TYPE_CHECKING:
     from ._runtime import Ctx
 
-__all__ = ["COUNTED", "ElementLog", "SeekLog", "counted_source"]
+__all__ = ["COUNTED", "CycleLog", "ElementLog", "SeekLog", "counted_source"]
 
 M = TypeVar("M")
 
@@ -53,10 +53,10 @@ COUNTED = Seek(lambda: {"next": 0})
 
 
 class _Element:
-    __slots__ = ("at", "drop", "pos", "seek")
+    __slots__ = ("at", "drop", "opened", "pos", "seek")
 
-    def __init__(self, at: int, pos: int, drop: int) -> None:
-        self.at, self.pos, self.drop = at, pos, drop
+    def __init__(self, at: int, pos: int, drop: int, opened: Any = None) -> None:
+        self.at, self.pos, self.drop, self.opened = at, pos, drop, opened
         self.seek: Callable[[int], Any] | None = None
 
     def hook(self, fn: Callable[[int], Any]) -> None:
@@ -88,8 +88,8 @@ class ElementLog:
             raise StateMismatch(f"bad flat_map state {self.resume!r:.200}")
         return self.resume.get("sub"), drop
 
-    def element(self, at: int, pos: int, drop: int) -> _Element:
-        e = _Element(at, pos, drop)
+    def element(self, at: int, pos: int, drop: int, opened: Any = None) -> _Element:
+        e = _Element(at, pos, drop, opened)
         self.marks.append(e)
         return e
 
@@ -100,7 +100,8 @@ class ElementLog:
         for e in reversed(marks):
             if e.at <= k:
                 r = k - e.at + e.drop
-                sub = e.seek(r) if e.seek is not None and r >= 0 else None
+                # not read yet (no seeker yet): where it was opened
+                sub = e.seek(r) if e.seek is not None else e.opened if r == e.drop else None
                 if sub is not None:
                     return {"sub": sub, "drop": 0}, e.pos
                 return {"sub": None, "drop": r}, e.pos
@@ -152,4 +153,55 @@ class SeekLog:
         for produced, where in reversed(marks):
             if produced <= target:
                 return {**where, "skip": target - produced}
+        return None
+
+
+class CycleLog:
+    """``interleave``'s log: at the start of each output chunk, the cycle and its slots.
+
+    The state after ``k`` items out: ``{"cycle", "block", "entered", "slots": [[element,
+    sub-state, drop] | null], "drop": d}``, with element positions counted from the
+    oldest element in a slot, where the input resumes (``k_in``). A resumed run reads the
+    input's elements up to ``entered`` again, opens those that were in a slot where they
+    were (a file reader by offset, others by leaving out ``drop`` items), skips the rest,
+    and leaves out the ``d`` items of the chunk already delivered.
+    """
+
+    KEEP = 4096
+
+    def __init__(self, ctx: Ctx) -> None:
+        st = ctx.resume if isinstance(ctx.resume, dict) else None
+        self.resume = st
+        try:
+            self.drop = 0 if st is None else int(st["drop"])
+            if st is not None and (self.drop < 0 or not isinstance(st["slots"], list)):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise StateMismatch(f"{ctx.name}: bad state {st!r:.200}") from None
+        Mark = tuple[int, int, int, int, list[tuple[int, int, Any, Any] | None]]
+        self.marks: deque[Mark] = deque(maxlen=self.KEEP)
+        ctx.seeker(self.at)
+
+    def mark(self, emitted: int, cycle: int, block: int, entered: int, slots: list[Any]) -> None:
+        subs = [None if s is None else (s.pos, s.taken, s.seek, s.resume) for s in slots]
+        self.marks.append((emitted, cycle, block, entered, subs))
+
+    def at(self, k: int) -> tuple[dict[str, Any], int] | None:
+        marks = snapshot(self.marks)
+        target = k + self.drop
+        for emitted, cycle, block, entered, subs in reversed(marks or ()):
+            if emitted > target:
+                continue
+            base = min((s[0] for s in subs if s is not None), default=entered)
+            slots: list[list[Any] | None] = []
+            for s in subs:
+                if s is None:
+                    slots.append(None)
+                    continue
+                pos, taken, seek, opened = s
+                # not read yet (no seeker yet): where it was opened
+                sub = seek(taken) if seek is not None else (opened if taken == 0 else None)
+                slots.append([pos - base, sub, 0 if sub is not None else taken])
+            st = {"cycle": cycle, "block": block, "entered": entered - base, "slots": slots}
+            return {**st, "drop": target - emitted}, base
         return None

@@ -114,8 +114,16 @@ class Ctx:
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
-    def open_task(self, pipeline: Pipeline[Any], *, chunks: int = CHANNEL_CHUNKS) -> ChunkIter:
+    def open_task(
+        self,
+        pipeline: Pipeline[Any],
+        *,
+        chunks: int = CHANNEL_CHUNKS,
+        resume: Any = None,
+        hook: Callable[[Callable[[int], Any]], None] | None = None,
+    ) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
+        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
         gen = self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen

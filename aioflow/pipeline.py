@@ -483,7 +483,7 @@ class Pipeline(Generic[T]):
             task=concurrency is not None,
             holds=_c.interleave_holds(cycle_length, concurrency),
             key=(fn, cycle_length, block_length, concurrency, ordered),
-            resume=None if ordered else _st.Refuse(_st.UNORDERED),
+            resume=_st.LOGGED if ordered else _st.Refuse(_st.UNORDERED),
         )
 
     # -- ordering, grouping, sampling (issue 4) ------------------------------------------

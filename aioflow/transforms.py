@@ -130,7 +130,7 @@ def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]]
                         emitted += len(out)
                         yield out
                         out = []
-                    entry = log.element(emitted, pos - 1, drop)
+                    entry = log.element(emitted, pos - 1, drop, resume)
                     if isinstance(sub, Pipeline):
                         subchunks = ctx.open(sub, resume, entry.hook)
                     else:

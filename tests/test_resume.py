@@ -279,6 +279,12 @@ STAGES = {
     "shuffle": lambda p, a: p.shuffle(a % 7 + 1, seed=a),
     "flat_map": lambda p, a: p.flat_map(lambda x: [x] * (x % 3)),
     "repeat": lambda p, a: p.repeat(a % 3 + 1),
+    "interleave": lambda p, a: p.interleave(
+        lambda x: af.range(x % 11), cycle_length=a % 3 + 1, block_length=a % 4 + 1
+    ),
+    "interleave-lists": lambda p, a: p.interleave(
+        lambda x: [x] * (x % 4), cycle_length=2, concurrency=2
+    ),
 }
 chains = st.lists(st.tuples(st.sampled_from(sorted(STAGES)), st.integers(0, 20)), max_size=4)
 
@@ -424,6 +430,29 @@ def test_files_read_through_flat_map_resume_at_the_file_and_offset(tmp_path):
     _, state = interrupted(make, 300)
     subs = [v["sub"] for v in state["nodes"].values() if isinstance(v, dict) and "sub" in v]
     assert subs and subs[0]["offset"] > 0  # inside the file, by offset
+
+
+@pytest.mark.parametrize("concurrency", [None, 3])
+def test_files_read_through_interleave_resume_at_each_slot_s_offset(tmp_path, concurrency):
+    for f in range(6):
+        write_jsonl(tmp_path / f"{f}.jsonl", 4000 * f + 3)
+
+    def make():
+        files = af.list_files(str(tmp_path / "*.jsonl"), shuffle=True, seed=1)
+        p = files.interleave(af.read_jsonl, cycle_length=3, block_length=4, concurrency=concurrency)
+        return p.map(lambda r: r["i"]).batch(32, collate=list)
+
+    whole = make().to_list()
+    for k in (0, 1, 7, 100, len(whole) // 2, len(whole) - 1, len(whole)):
+        head, state = interrupted(make, k)
+        assert state["nodes"] is not None
+        with make().iter(state=state) as it:  # resumed, then interrupted and resumed again
+            more = [next(it) for _ in range(min(5, len(whole) - k))]
+            again = json.loads(json.dumps(it.state_dict()))
+        assert head + more + resumed(make, again) == whole
+    _, state = interrupted(make, 200)
+    (il,) = [v for v in state["nodes"].values() if isinstance(v, dict) and "slots" in v]
+    assert any(s and s[1] and s[1]["offset"] + s[1]["skip"] > 0 for s in il["slots"])
 
 
 def test_one_item_files_over_list_files_resume_at_the_file(tmp_path):
