@@ -9,6 +9,7 @@ meanwhile); each keeps its last ``KEEP`` marks, far more than a run holds in fli
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,7 +20,7 @@ from .errors import StateMismatch
 if TYPE_CHECKING:
     from ._runtime import Ctx
 
-__all__ = ["COUNTED", "CycleLog", "ElementLog", "SeekLog", "counted_source"]
+__all__ = ["COUNTED", "CycleLog", "ElementLog", "SeekLog", "ShuffleLog", "counted_source"]
 
 M = TypeVar("M")
 
@@ -205,3 +206,56 @@ class CycleLog:
             st = {"cycle": cycle, "block": block, "entered": entered - base, "slots": slots}
             return {**st, "drop": target - emitted}, base
         return None
+
+
+class ShuffleLog:
+    """``shuffle``'s log: its last output chunks, to undo them back to the consumer's item.
+
+    The buffer changes only by ``buf[slot] = x`` as an item is emitted, so the buffer as
+    it was ``j`` items ago is the current one with the last ``j`` emitted items put back
+    in their slots. Each entry holds a chunk's slots and items (items that are in flight
+    downstream anyway; at most ``KEEP`` chunks beyond those); a lock makes a chunk's
+    update and its entry one step for the consumer's thread. The state: ``{"buf":
+    [items], "rng": <numpy bit generator state>, "drop": d}``, its input resumed after
+    the items taken so far. Its size is the buffer's: plain data only if the items are.
+    """
+
+    KEEP = 16
+
+    def __init__(self, ctx: Ctx, rng: Any) -> None:
+        self.lock = threading.Lock()
+        self.rng = rng
+        self.buf: list[Any] = []
+        self.drop = 0
+        self.taken = 0  # items in, items out, since this opening
+        self.out = 0
+        self.done = False  # the buffer was flushed at the end
+        st = ctx.resume
+        if st is not None:
+            try:
+                self.buf, self.drop = list(st["buf"]), int(st["drop"])
+                rng.bit_generator.state = st["rng"]
+            except (KeyError, TypeError, ValueError):
+                raise StateMismatch(f"{ctx.name}: bad state {st!r:.200}") from None
+        self.entries: deque[tuple[int, int, dict[str, Any], list[int], list[Any]]] = deque(
+            maxlen=self.KEEP
+        )
+        ctx.seeker(self.at)
+
+    def at(self, k: int) -> tuple[dict[str, Any], int] | None:
+        target = k + self.drop
+        with self.lock:
+            buf, entries = list(self.buf), list(self.entries)
+            out, taken, rng = self.out, self.taken, self.rng.bit_generator.state
+            if self.done and target >= out:  # past the end: the buffer was emptied
+                return {"buf": [], "rng": rng, "drop": 0}, taken
+        for out_before, taken_before, rng_before, slots, items in reversed(entries):
+            if out <= target:
+                break
+            for i in range(len(slots) - 1, -1, -1):  # put the emitted items back
+                if slots[i] >= 0:
+                    buf[slots[i]] = items[i]
+            out, taken, rng = out_before, taken_before, rng_before
+        if out > target:
+            return None  # further back than the log reaches: replay
+        return {"buf": buf, "rng": rng, "drop": target - out}, taken

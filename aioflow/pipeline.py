@@ -516,6 +516,7 @@ class Pipeline(Generic[T]):
             _o.build_shuffle(buffer_size, seed, reshuffle_each_iteration),
             holds=buffer_size,
             key=(buffer_size, seed, reshuffle_each_iteration),
+            resume=_st.LOGGED,
         )
 
     def sort_by(

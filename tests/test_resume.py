@@ -199,6 +199,23 @@ def test_repeat_resumes_in_its_epoch_with_that_epoch_s_permutation():
     assert {"epoch": 2} in state["nodes"].values()
 
 
+def test_a_shuffle_buffer_saves_what_it_holds_and_its_generator():
+    ds = Counting(3000)
+
+    def make():
+        return af.from_source(ds, shuffle=True, seed=3).shuffle(200, seed=4).batch(16, collate=list)
+
+    whole = make().to_list()
+    for k in (0, 1, 60, 180, len(whole) - 1, len(whole)):
+        head, state = interrupted(make, k)
+        ds.reads = 0
+        assert head + resumed(make, state) == whole
+        assert ds.reads <= max(0, 3000 - 16 * k) + 16 * 8  # the source seeks: no replay
+    _, state = interrupted(make, 60)
+    (buf,) = [v for v in state["nodes"].values() if isinstance(v, dict) and "buf" in v]
+    assert len(buf["buf"]) == 200 and "state" in buf["rng"]
+
+
 # -- what cannot seek replays; what cannot be exact refuses -------------------------------
 def test_stages_without_a_seekable_state_fall_back_to_replaying_exactly():
     def make():
