@@ -293,7 +293,11 @@ def one_to_one(prev: Any, k: int) -> tuple[Any, int]:
 
 
 def per_batch(size: int) -> Callable[[Any, int], tuple[Any, int]]:
-    """``batch(size)``: ``k`` batches out took ``k * size`` items and hold none."""
+    """``batch(size)``: ``k`` batches out took ``k * size`` items and hold none.
+
+    Also ``window(size, shift)`` with ``shift``: window ``k`` starts at input ``k * shift``,
+    and a window stage opened there makes the same windows from it on.
+    """
     return lambda prev, k: (None, k * size)
 
 

@@ -443,6 +443,7 @@ class Pipeline(Generic[T]):
             holds=size,
             mult=size,
             key=(size, shift, drop_remainder),
+            resume=_st.per_batch(size if shift is None else shift),
         )
 
     # -- parallel: interleave (issue 3) ---------------------------------------------------

@@ -296,6 +296,7 @@ STAGES = {
     "shuffle": lambda p, a: p.shuffle(a % 7 + 1, seed=a),
     "flat_map": lambda p, a: p.flat_map(lambda x: [x] * (x % 3)),
     "repeat": lambda p, a: p.repeat(a % 3 + 1),
+    "window": lambda p, a: p.window(a % 4 + 1, shift=a % 3 + 1, drop_remainder=a % 2 == 0).map(sum),
     "interleave": lambda p, a: p.interleave(
         lambda x: af.range(x % 11), cycle_length=a % 3 + 1, block_length=a % 4 + 1
     ),
