@@ -325,6 +325,11 @@ def test_any_pipeline_over_an_index_source_resumed_anywhere_equals_the_whole_run
     k = data.draw(st.integers(0, len(whole)))
     head, state = interrupted(make, k)
     assert head + resumed(make, state) == whole
+    # a resumed run, interrupted and resumed again
+    with make().iter(state=state) as it:
+        more = [next(it) for _ in range(data.draw(st.integers(0, len(whole) - k)))]
+        again = json.loads(json.dumps(it.state_dict()))
+    assert head + more + resumed(make, again) == whole
 
 
 @FAST
