@@ -20,7 +20,15 @@ from .errors import StateMismatch
 if TYPE_CHECKING:
     from ._runtime import Ctx
 
-__all__ = ["COUNTED", "CycleLog", "ElementLog", "SeekLog", "ShuffleLog", "counted_source"]
+__all__ = [
+    "COUNTED",
+    "ChunkLog",
+    "CycleLog",
+    "ElementLog",
+    "SeekLog",
+    "ShuffleLog",
+    "counted_source",
+]
 
 M = TypeVar("M")
 
@@ -259,3 +267,38 @@ class ShuffleLog:
         if out > target:
             return None  # further back than the log reaches: replay
         return {"buf": buf, "rng": rng, "drop": target - out}, taken
+
+
+class ChunkLog:
+    """The log of a one-input stage whose state is small and changes per item: at each
+    input chunk's start, ``(items out, items in, its state)``.
+
+    The state after ``k`` items out: ``{"state": <the stage's state at that chunk's
+    start>, "drop": d}``, the input resumed at that chunk; a resumed run computes the
+    chunk again and leaves out the ``d`` items already delivered (``scan``: the carried
+    state; ``rejection_resample``: the generator and the class counts).
+    """
+
+    KEEP = 4096
+
+    def __init__(self, ctx: Ctx) -> None:
+        st = ctx.resume
+        self.state: Any = None
+        self.drop = 0
+        if st is not None:
+            try:
+                self.state, self.drop = st["state"], int(st["drop"])
+            except (KeyError, TypeError, ValueError):
+                raise StateMismatch(f"{ctx.name}: bad state {st!r:.200}") from None
+        self.marks: deque[tuple[int, int, Any]] = deque(maxlen=self.KEEP)
+        ctx.seeker(self.at)
+
+    def mark(self, out: int, taken: int, state: Any) -> None:
+        self.marks.append((out, taken, state))
+
+    def at(self, k: int) -> tuple[dict[str, Any], int] | None:
+        target = k + self.drop
+        for out, taken, state in reversed(snapshot(self.marks) or ()):
+            if out <= target:
+                return {"state": state, "drop": target - out}, taken
+        return None

@@ -721,6 +721,7 @@ class Pipeline(Generic[T]):
                 None if initial_dist is None else tuple(initial_dist),
                 seed,
             ),
+            resume=_st.LOGGED,
         )
 
     # -- io and caching (issue 5) --------------------------------------------------------

@@ -300,6 +300,7 @@ STAGES = {
     "interleave": lambda p, a: p.interleave(
         lambda x: af.range(x % 11), cycle_length=a % 3 + 1, block_length=a % 4 + 1
     ),
+    "resample": lambda p, a: p.rejection_resample(lambda x: x % 2, [0.3, 0.7], seed=a),
     "interleave-lists": lambda p, a: p.interleave(
         lambda x: [x] * (x % 4), cycle_length=2, concurrency=2
     ),
