@@ -101,8 +101,19 @@ def fingerprint(pipeline: Pipeline[Any]) -> str:
     return hashlib.sha256(repr(_stages(pipeline)).encode()).hexdigest()[:16]
 
 
+def _const(k: Any) -> str:
+    """A constant of compiled code, the same in every process (set order aside)."""
+    if isinstance(k, types.CodeType):
+        return _code(k)
+    if isinstance(k, frozenset):
+        return f"frozenset({sorted(_const(v) for v in k)})"
+    if isinstance(k, tuple):
+        return f"({', '.join(_const(v) for v in k)})"
+    return repr(k)
+
+
 def _code(c: types.CodeType) -> str:
-    consts = tuple(_code(k) if isinstance(k, types.CodeType) else repr(k) for k in c.co_consts)
+    consts = tuple(_const(k) for k in c.co_consts)
     return hashlib.sha256(repr((c.co_code, consts, c.co_names)).encode()).hexdigest()[:12]
 
 

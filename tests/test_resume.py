@@ -496,3 +496,26 @@ def test_one_item_files_over_list_files_resume_at_the_file(tmp_path):
     raw = lambda: af.list_files(str(tmp_path / "*.npy")).flat_map(af.read_bytes)  # noqa: E731
     head, state = interrupted(raw, 7)
     assert head + resumed(raw, state) == raw().to_list()
+
+
+def test_the_fingerprint_is_the_same_in_another_process():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import aioflow as af; from aioflow._state import fingerprint;"
+        " print(fingerprint(af.range(9).filter(lambda x: str(x) in {'1', '2', 'x', 'y'})"
+        ".map(lambda x: (x, {'a': 1}))))"
+    )
+    prints = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3)
+    }
+    assert len(prints) == 1
