@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._runtime import Build, ChunkIter, Opener, aclosing
 from ._state import Seek, resumed
 from .errors import StateMismatch
 
@@ -27,6 +28,7 @@ __all__ = [
     "ElementLog",
     "SeekLog",
     "ShuffleLog",
+    "chunkwise",
     "counted_source",
 ]
 
@@ -302,3 +304,33 @@ class ChunkLog:
             if out <= target:
                 return {"state": state, "drop": target - out}, taken
         return None
+
+
+def chunkwise(build: Build) -> Build:
+    """A one-input inline stage that maps each input chunk to its output alone (``filter``,
+    ``map(on_error="skip")``, ``unbatch``), made resumable: ``ChunkLog`` marks each input
+    chunk's start with the items out so far (the chunk before was fully delivered, since
+    the stage runs inline), and a resumed run computes that chunk again."""
+
+    def wrapped(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        from .transforms import skip_chunks
+
+        log = ChunkLog(ctx)
+        counts = [0, 0]  # items in, items out
+
+        async def counted() -> ChunkIter:
+            async with aclosing(inputs[0]()) as src:
+                async for chunk in src:
+                    log.mark(counts[1], counts[0], None)
+                    counts[0] += len(chunk)
+                    yield chunk
+
+        async def out() -> ChunkIter:
+            async with aclosing(build(ctx, (counted,))) as gen:
+                async for chunk in gen:
+                    counts[1] += len(chunk)
+                    yield chunk
+
+        return skip_chunks(out(), log.drop) if log.drop else out()
+
+    return wrapped

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar, overload
 
+from . import _logs
 from . import _state as _st
 from . import batching as _b
 from . import transforms as _t
@@ -180,13 +181,17 @@ class Pipeline(Generic[T]):
             timeout=timeout,
             keep=keep,
         )
+        task = concurrency != 1 or executor is not None or timeout is not None
+        resume = _st.call_resume(keep, ordered, on_error)
+        if resume is None and not task:  # inline: each input chunk maps to its output
+            build, resume = _logs.chunkwise(build), _st.LOGGED
         return self._then(
             f"{what}({fn_name(fn)})",
             build,
-            task=concurrency != 1 or executor is not None or timeout is not None,
+            task=task,
             holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
             key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
-            resume=_st.call_resume(keep, ordered, on_error),
+            resume=resume,
             **kw,
         )
 
@@ -405,7 +410,12 @@ class Pipeline(Generic[T]):
             >>> af.range(5).batch(2).unbatch().map(int).to_list()
             [0, 1, 2, 3, 4]
         """
-        return self._then("unbatch", _b.build_unbatch(), card=lambda _: UNKNOWN_CARD)
+        return self._then(
+            "unbatch",
+            _logs.chunkwise(_b.build_unbatch()),
+            card=lambda _: UNKNOWN_CARD,
+            resume=_st.LOGGED,
+        )
 
     def rebatch(self, size: int, *, drop_remainder: bool = False) -> Pipeline[Any]:
         """Cut the stream of batches into batches of ``size`` items.

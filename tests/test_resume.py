@@ -217,10 +217,29 @@ def test_a_shuffle_buffer_saves_what_it_holds_and_its_generator():
 
 
 # -- what cannot seek replays; what cannot be exact refuses -------------------------------
+def test_filter_and_unbatch_resume_by_seeking_at_the_chunk():
+    calls = []
+
+    def odd(x):
+        calls.append(x)
+        return x % 2
+
+    def make():
+        p = af.from_source(range(5000), shuffle=True, seed=2).filter(odd).batch(3).unbatch()
+        return p.map(int).batch(10, collate=list)
+
+    whole = make().to_list()
+    head, state = interrupted(make, 200)
+    assert state["nodes"] is not None
+    calls.clear()
+    assert head + resumed(make, state) == whole
+    assert len(calls) <= 5000 - 2 * 200 * 10 + 2 * 256  # at most a chunk computed again
+
+
 def test_stages_without_a_seekable_state_fall_back_to_replaying_exactly():
     def make():
-        p = af.from_source(range(400), shuffle=True, seed=5).filter(lambda x: x % 3)
-        return p.shuffle(50, seed=1).batch(7, collate=list)
+        p = af.from_source(range(400), shuffle=True, seed=5).scan(0, lambda s, x: (s + x, s))
+        return p.sort_by(lambda x: x % 7, buffer_size=20).batch(7, collate=list)
 
     whole = make().to_list()
     head, state = interrupted(make, 11)
@@ -383,7 +402,7 @@ def test_merge_states_refuses_states_that_do_not_fit():
     _, t = interrupted(lambda: af.from_source(range(100)).take(50), 3)
     with pytest.raises(af.StateMismatch, match="hold nothing"):
         af.merge_states([t], num_shards=2)
-    _, r = interrupted(lambda: af.from_source(range(100)).filter(bool), 3)
+    _, r = interrupted(lambda: af.from_source(range(100)).scan(0, lambda s, x: (s, x)), 3)
     with pytest.raises(af.StateMismatch, match="replays"):
         af.merge_states([r], num_shards=2)
 
