@@ -83,7 +83,7 @@ class ElementLog:
     resumed at that element. Marks of the last ``KEEP`` elements are kept.
     """
 
-    KEEP = 4096
+    KEEP = 256  # elements (each may hold its file reader's SeekLog)
 
     def __init__(self, ctx: Any) -> None:
         self.resume = ctx.resume if isinstance(ctx.resume, dict) else None
@@ -130,7 +130,7 @@ class SeekLog:
     uncompressed files seek; the others replay.
     """
 
-    KEEP = 4096  # marks kept: far more than the items a run holds between it and the consumer
+    KEEP = 256  # blocks of up to 1 MiB: far more than a run holds ahead of the consumer
 
     def __init__(self, ctx: Ctx, path: str, compression: str | None, **start: int) -> None:
         st = ctx.resume if isinstance(ctx.resume, dict) else {}
@@ -178,7 +178,7 @@ class CycleLog:
     and leaves out the ``d`` items of the chunk already delivered.
     """
 
-    KEEP = 4096
+    KEEP = 1024  # output chunks
 
     def __init__(self, ctx: Ctx) -> None:
         st = ctx.resume if isinstance(ctx.resume, dict) else None
