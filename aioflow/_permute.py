@@ -39,7 +39,7 @@ class Permutation:
         >>> p = Permutation(10, (7, 0))
         >>> sorted(p.take(0, 10).tolist()) == list(range(10))
         True
-        >>> p[3] == p.take(3, 4)[0]
+        >>> p[3] == int(p.take(3, 4)[0])
         True
     """
 
