@@ -23,7 +23,7 @@ from .errors import (
     WorkerDied,
 )
 from .pipeline import INFINITE, UNKNOWN, Pipeline
-from .sources import from_dataflow, from_iterable, range
+from .sources import from_dataflow, from_iterable, from_source, range
 from .stats import RunStats, StageStats
 from .transforms import shard_from_env
 
@@ -48,6 +48,9 @@ from .io import (
 # observing (issue 6)
 from ._bench import BenchResult, bench
 
+# random access and checkpoints (issue 14)
+from .checkpoint import StatefulLoader, merge_states
+
 # integrations (issue 8)
 # isort: split
 from .integrations.torch import from_torch_dataset
@@ -71,6 +74,7 @@ __all__ = [
     "StageStats",
     "StageTimeout",
     "StateMismatch",
+    "StatefulLoader",
     "WorkerDied",
     "__version__",
     "bench",
@@ -79,8 +83,10 @@ __all__ = [
     "default_collate",
     "from_dataflow",
     "from_iterable",
+    "from_source",
     "from_torch_dataset",
     "list_files",
+    "merge_states",
     "range",
     "read_bytes",
     "read_jsonl",

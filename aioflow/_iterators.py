@@ -57,32 +57,40 @@ def _check_timeout(timeout: float | None) -> float | None:
 
 
 class _Resumable:
-    """What both iterators share: the position, the state, the stats."""
+    """What both iterators share: the position, the state, the stats (see ``_state.py``)."""
 
     _pipeline: Pipeline[Any]
     _count: int
     _skip: int
+    _base: int
     _opens: dict[int, int] | None
+    _nodes: dict[int, Any] | None
 
     def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
         self._pipeline = pipeline
-        self._count = 0
-        self._skip = 0
-        self._opens = None
+        self._count = self._skip = self._base = 0
+        self._opens = self._nodes = None
         if state is not None:
             from ._state import check_state
 
-            self._skip, self._opens = check_state(pipeline, state)
-            self._count = self._skip
+            self._count, self._opens, self._nodes = check_state(pipeline, state)
+            # seeking: the run starts where the state was taken; replaying: it skips
+            self._base = self._count if self._nodes is not None else 0
+            self._skip = 0 if self._nodes is not None else self._count
 
     def _new_run(self) -> Run:
-        return Run(self._pipeline, self._opens)
+        return Run(self._pipeline, self._opens, self._nodes)
 
     def _current_run(self) -> Run | None:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data from which ``p.iter(state=...)`` resumes after the items yielded so far.
+
+        Where the stages allow it the state holds where each stage is, and resuming seeks
+        there (see docs/checkpointing.md); else resuming replays the epoch and skips.
+        A stage whose order depends on timing (``map(ordered=False)``, ``partition_by``)
+        raises ``PipelineError`` here.
 
         Example:
             >>> import aioflow as af
@@ -94,11 +102,21 @@ class _Resumable:
             ...     list(rest)
             [2, 3, 4]
         """
-        from ._state import make_state
+        from ._state import make_state, next_opens, refuse_inexact, take_nodes
 
+        refuse_inexact(self._pipeline)
         run = self._current_run()
-        opens = run.first_open if run is not None else (self._opens or {})
-        return make_state(self._pipeline, self._count, opens)
+        nodes: dict[str, Any] | None
+        if run is None:
+            if self._nodes is not None:
+                nodes = {str(k): v for k, v in self._nodes.items()}
+            else:
+                nodes = take_nodes(self._pipeline, None, self._count)
+            opens = self._opens if self._opens is not None else next_opens(self._pipeline)
+            return make_state(self._pipeline, self._count, opens, nodes)
+        opens = dict(run.first_open)
+        nodes = take_nodes(self._pipeline, run, self._count - self._base, opens)
+        return make_state(self._pipeline, self._count, opens if nodes else run.first_open, nodes)
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):
@@ -498,7 +516,9 @@ class PipelineIterator(_Resumable, Generic[T]):
         if chan is None:
             pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
             # no reference back to this iterator: its finalizer must be able to run
-            self._engine = _Engine(pipeline, functools.partial(Run, self._pipeline, self._opens))
+            self._engine = _Engine(
+                pipeline, functools.partial(Run, self._pipeline, self._opens, self._nodes)
+            )
             self._finalizer = weakref.finalize(self, self._engine.shutdown)
             chan = self._chan = self._engine.start()
         try:

@@ -75,26 +75,61 @@ METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
 
-    __slots__ = ("meter", "node", "open_index", "run")
+    __slots__ = ("hook", "meter", "no", "node", "open_index", "resume", "run")
 
     def __init__(self, run: Run, node: Node, meter: StageMeter, open_index: int) -> None:
         self.run = run
         self.node = node
         self.meter = meter
         self.open_index = open_index  # how many times this node was opened before, ever
+        # resuming (see _state.py): the node's number in the graph when this is its first
+        # opening in the run, and the state it saved, to start from (None: from the start)
+        self.no: int | None = run.node_index.get(id(node))
+        first = run.first_opening(node) is not None
+        self.resume: Any = run.resume_nodes.get(self.no) if first and self.no is not None else None
+        self.hook: Callable[[Callable[[int], Any]], None] | None = None
+        if run.sub_resume is not None:  # the root of a sub-pipeline opened by Ctx.open
+            (self.resume, self.hook), run.sub_resume = run.sub_resume, None
+
+    def seeker(self, fn: Callable[[int], Any]) -> None:
+        """A node says where it was after its first ``k`` items out of this opening."""
+        if self.hook is not None:
+            self.hook(fn)
+        elif self.no is not None:  # by opening: repeat opens its input again per epoch
+            seekers = self.run.seekers
+            seekers[(self.no, self.open_index)] = fn
+            seekers.pop((self.no, self.open_index - 2), None)  # two epochs are enough
 
     @property
     def name(self) -> str:
         return self.meter.name
 
-    def open(self, pipeline: Pipeline[Any]) -> ChunkIter:
-        """Open a sub-pipeline (from flat_map, interleave, ...) inside this run."""
+    def open(
+        self,
+        pipeline: Pipeline[Any],
+        resume: Any = None,
+        hook: Callable[[Callable[[int], Any]], None] | None = None,
+    ) -> ChunkIter:
+        """Open a sub-pipeline (from flat_map, interleave, ...) inside this run.
+
+        ``resume``/``hook``: the state its first stage starts from, and what gets that
+        stage's ``seeker`` (see ``_state.py``).
+        """
+        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
         gen = self.run.open(pipeline, parent=self.meter)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
-    def open_task(self, pipeline: Pipeline[Any], *, chunks: int = CHANNEL_CHUNKS) -> ChunkIter:
+    def open_task(
+        self,
+        pipeline: Pipeline[Any],
+        *,
+        chunks: int = CHANNEL_CHUNKS,
+        resume: Any = None,
+        hook: Callable[[Callable[[int], Any]], None] | None = None,
+    ) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
+        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
         gen = self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
@@ -127,6 +162,7 @@ class Node:
     grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
     splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
+    resume: Any = None  # how its state is taken when resuming: see _state.py
     opens: itertools.count = field(default_factory=itertools.count, compare=False)
 
 
@@ -341,7 +377,10 @@ class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
     def __init__(
-        self, root: Pipeline[Any] | None = None, opens: dict[int, int] | None = None
+        self,
+        root: Pipeline[Any] | None = None,
+        opens: dict[int, int] | None = None,
+        nodes: dict[int, Any] | None = None,
     ) -> None:
         # Static nodes are numbered in the root's graph, so a state can name them; `opens`
         # (from a state) gives the open_index each node had in the run being resumed.
@@ -349,6 +388,9 @@ class Run:
         self.resume_opens = opens
         self.first_open: dict[int, int] = {}
         self.open_counts: dict[int, int] = {}
+        self.resume_nodes: dict[int, Any] = nodes or {}  # node states a resumed run starts from
+        self.seekers: dict[tuple[int, int], Callable[[int], Any]] = {}  # see Ctx.seeker
+        self.sub_resume: tuple[Any, Any] | None = None  # see Ctx.open
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
@@ -439,6 +481,11 @@ class Run:
                 base = self.resume_opens.get(idx, fresh)
             self.first_open[idx] = base
         return self.first_open[idx] + k
+
+    def first_opening(self, node: Node) -> int | None:
+        """The node's number when it is being opened for the first time in this run."""
+        idx = self.node_index.get(id(node))
+        return idx if idx is not None and self.open_counts.get(idx) == 1 else None
 
     def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task

@@ -20,7 +20,14 @@ from ._runtime import ChunkIter, Ctx, Node, Opener
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-__all__ = ["FileSplits", "IndexSplits", "RangeSplits", "SplitSource", "range_split_size"]
+__all__ = [
+    "FileSplits",
+    "IndexSplits",
+    "RangeSplits",
+    "SplitSource",
+    "list_source",
+    "range_split_size",
+]
 
 #: A range is cut into about this many splits (a power-of-two number of items each) ...
 RANGE_SPLITS = 256
@@ -44,7 +51,8 @@ def range_split_size(n: int) -> int:
     return min(RANGE_SPLIT_MAX, 1 << (want - 1).bit_length())
 
 
-def _list_source(name: str, items: list[Any]) -> Pipeline[Any]:
+def list_source(name: str, items: list[Any]) -> Pipeline[Any]:
+    """A source of ``items`` (a split, made again the same wherever it is made)."""
     from .pipeline import Pipeline
 
     async def gen() -> ChunkIter:
@@ -96,7 +104,7 @@ class FileSplits:
         return len(self.files)
 
     def split(self, epoch: int, index: int) -> Pipeline[Any]:
-        return _list_source("list_files", [self.order(epoch)[index]])
+        return list_source("list_files", [self.order(epoch)[index]])
 
 
 class IndexSplits:

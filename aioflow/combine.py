@@ -20,6 +20,7 @@ import numpy as np
 
 from ._autotune import AUTOTUNE
 from ._calls import check_concurrency
+from ._logs import CycleLog
 from ._runtime import (
     CHUNK_MAX,
     INFINITE_CARD,
@@ -126,13 +127,20 @@ async def _next_chunk(gen: ChunkIter) -> list[Any] | None:
 class _Sub:
     """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead."""
 
-    __slots__ = ("buf", "gen", "i", "next")
+    __slots__ = ("buf", "gen", "i", "next", "pos", "resume", "seek", "taken")
 
-    def __init__(self, gen: ChunkIter) -> None:
+    def __init__(self, gen: ChunkIter, pos: int = 0, taken: int = 0) -> None:
         self.gen = gen
         self.buf: list[Any] = []
         self.i = 0
         self.next: asyncio.Task[list[Any] | None] | None = None
+        self.pos = pos  # of its element in the input, and items it gave (for states)
+        self.taken = taken
+        self.seek: Callable[[int], Any] | None = None
+        self.resume: Any = None  # the state it was opened with
+
+    def hook(self, fn: Callable[[int], Any]) -> None:
+        self.seek = fn
 
     def ahead(self) -> asyncio.Task[list[Any] | None]:
         """Start reading the next chunk now (for a task-opened one: starts its task)."""
@@ -181,16 +189,44 @@ class _Opener:
         if x is _END:
             self.ended = True
             return None
+        return self._open(x)
+
+    def _open(self, x: Any, resume: Any = None, drop: int = 0) -> _Sub:
         try:
             sub = self.fn(x)
         except Exception as e:
             raise annotate(e, self.ctx.name, self.pos) from None
         self.pos += 1
-        if self.task and isinstance(sub, Pipeline):
-            return _Sub(self.ctx.open_task(sub))
         from .sources import iterable_chunks
+        from .transforms import skip_chunks
 
-        return _Sub(iterable_chunks(sub, self.ctx))
+        s = _Sub(cast(ChunkIter, None), self.pos - 1, drop)
+        s.resume = resume
+        if self.task and isinstance(sub, Pipeline):
+            gen = self.ctx.open_task(sub, resume=resume, hook=s.hook)
+        elif isinstance(sub, Pipeline):
+            gen = self.ctx.open(sub, resume, s.hook)
+        else:
+            gen = iterable_chunks(sub, self.ctx)
+        s.gen = skip_chunks(gen, drop) if drop else gen
+        return s
+
+    async def restore(self, st: dict[str, Any]) -> list[_Sub | None]:
+        """The slots of a resumed interleave: its input's elements up to ``entered``
+        are read again; those that were in a slot are opened where they were."""
+        saved = {int(v[0]): (i, v[1], int(v[2])) for i, v in enumerate(st["slots"]) if v}
+        slots: list[_Sub | None] = [None] * len(st["slots"])
+        for p in range(int(st["entered"])):
+            x = await anext(self.items, _END)
+            if x is _END:
+                self.ended = True
+                break
+            if p in saved:
+                i, resume, drop = saved[p]
+                slots[i] = self._open(x, resume, drop)
+            else:
+                self.pos += 1  # finished before the state was taken
+        return slots
 
     async def aclose(self) -> None:
         await self.items.aclose()
@@ -199,16 +235,27 @@ class _Opener:
 _END: Any = object()
 
 
-async def _cycle(inputs: _Opener, cycle_length: int, block_length: int, width: int) -> ChunkIter:
+async def _cycle(
+    inputs: _Opener, cycle_length: int, block_length: int, width: int, log: CycleLog
+) -> ChunkIter:
     """tf.data's interleave order. With concurrency, ``width`` sub-pipelines are kept open
     and reading: the cycle's, plus the next inputs' (they fill empty slots in order)."""
     slots: list[_Sub | None] = [None] * cycle_length
     early: deque[_Sub] = deque()  # opened ahead, for the next empty slots
-    n_open = 0
     cycle = block = 0
+    if log.resume is not None:
+        slots = await inputs.restore(log.resume)
+        cycle, block = int(log.resume["cycle"]), int(log.resume["block"])
+    n_open = sum(s is not None for s in slots)
     out: list[Any] = []
     t_out = 0.0
+    emitted = 0
+
+    def mark() -> None:
+        log.mark(emitted, cycle, block, inputs.pos - len(early), slots)
+
     try:
+        mark()
         while not inputs.ended or n_open or early:
             while inputs.task and n_open + len(early) < width and not inputs.ended:
                 e = await inputs.next()
@@ -227,8 +274,10 @@ async def _cycle(inputs: _Opener, cycle_length: int, block_length: int, width: i
                 continue
             if s.i >= len(s.buf):
                 if out and perf_counter() - t_out > _FLUSH_SECONDS:
+                    emitted += len(out)
                     yield out
                     out = []
+                    mark()
                 try:
                     more = await s.fill()
                 except Exception:
@@ -246,12 +295,15 @@ async def _cycle(inputs: _Opener, cycle_length: int, block_length: int, width: i
                 t_out = perf_counter()
             out.extend(s.buf[s.i : s.i + k])
             s.i += k
+            s.taken += k
             block += k
             if block == block_length:
                 cycle, block = (cycle + 1) % cycle_length, 0
             if len(out) >= CHUNK_MAX:
+                emitted += len(out)
                 yield out
                 out = []
+                mark()
         if out:
             yield out
     finally:
@@ -314,7 +366,11 @@ def build_interleave(
         opener = _Opener(inputs[0](), fn, ctx, task=concurrency is not None)
         if concurrency is not None and not ordered:
             return _merge(opener, width)
-        return _cycle(opener, cycle_length, block_length, width)
+        from .transforms import skip_chunks
+
+        log = CycleLog(ctx)
+        gen = _cycle(opener, cycle_length, block_length, width, log)
+        return skip_chunks(gen, log.drop) if log.drop else gen
 
     return build
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ._logs import ShuffleLog
 from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
 from ._spill import external_sort, keys_of
 from .errors import PipelineError, annotate, control_flow_error
@@ -61,31 +62,51 @@ def build_shuffle(
         # as in tf.data: a random order, the same for every epoch of this pipeline
         seed = check_seed(np.random.SeedSequence().entropy)
 
-    async def shuffle(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        rng = epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0)
-        buf: list[Any] = []
+    async def shuffle(src: ChunkIter, ctx: Ctx, log: ShuffleLog) -> ChunkIter:
+        rng, buf, lock = log.rng, log.buf, log.lock  # the lock: see ShuffleLog
         n = buffer_size
         async with aclosing(src):
             async for chunk in src:
                 if len(buf) < n:
                     room = n - len(buf)
-                    buf.extend(chunk[:room])
+                    with lock:
+                        buf.extend(chunk[:room])
+                        log.taken += min(room, len(chunk))
                     if len(chunk) <= room:
                         continue
                     chunk = chunk[room:]
-                slots = (rng.random(len(chunk)) * n).astype(int).tolist()
-                out: list[Any] = []
-                emit = out.append
-                for i, x in zip(slots, chunk, strict=True):
-                    emit(buf[i])
-                    buf[i] = x
+                with lock:
+                    before = rng.bit_generator.state
+                    slots = (rng.random(len(chunk)) * n).astype(int).tolist()
+                    out: list[Any] = []
+                    emit = out.append
+                    for i, x in zip(slots, chunk, strict=True):
+                        emit(buf[i])
+                        buf[i] = x
+                    log.entries.append((log.out, log.taken, before, slots, out))
+                    log.out += len(out)
+                    log.taken += len(chunk)
                 yield out
         if buf:
-            order = rng.permutation(len(buf)).tolist()
+            with lock:
+                before, start = rng.bit_generator.state, log.out
+                order = rng.permutation(len(buf)).tolist()
             for i in range(0, len(order), CHUNK_MAX):
-                yield [buf[j] for j in order[i : i + CHUNK_MAX]]
+                out = [buf[j] for j in order[i : i + CHUNK_MAX]]
+                with lock:  # the whole flush resumes from its start
+                    log.entries.append((start, log.taken, before, [], []))
+                    log.out += len(out)
+                    log.done = i + CHUNK_MAX >= len(order)
+                yield out
 
-    return lambda ctx, inputs: shuffle(inputs[0](), ctx)
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        from .transforms import skip_chunks
+
+        log = ShuffleLog(ctx, epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0))
+        gen = shuffle(inputs[0](), ctx, log)
+        return skip_chunks(gen, log.drop) if log.drop else gen
+
+    return build
 
 
 # -- sort_by ------------------------------------------------------------------------------

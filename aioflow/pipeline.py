@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any, Generic, TypeVar, overload
 
+from . import _logs
+from . import _state as _st
 from . import batching as _b
 from . import transforms as _t
 from ._autotune import AUTOTUNE, resolve_concurrency
@@ -179,12 +181,17 @@ class Pipeline(Generic[T]):
             timeout=timeout,
             keep=keep,
         )
+        task = concurrency != 1 or executor is not None or timeout is not None
+        resume = _st.call_resume(keep, ordered, on_error)
+        if resume is None and not task:  # inline: each input chunk maps to its output
+            build, resume = _logs.chunkwise(build), _st.LOGGED
         return self._then(
             f"{what}({fn_name(fn)})",
             build,
-            task=concurrency != 1 or executor is not None or timeout is not None,
+            task=task,
             holds=2 * resolve_concurrency(concurrency, executor) + CHUNK_MAX,
             key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
+            resume=resume,
             **kw,
         )
 
@@ -204,6 +211,7 @@ class Pipeline(Generic[T]):
             _t.build_flat_map(fn),
             card=lambda _: UNKNOWN_CARD,
             key=(fn,),
+            resume=_st.LOGGED,
         )
 
     def scan(self, initial_state: Any, fn: Callable[[Any, T], tuple[Any, U]]) -> Pipeline[U]:
@@ -226,7 +234,10 @@ class Pipeline(Generic[T]):
         """
         _check_int("start", start)
         return self._then(
-            "enumerate", lambda ctx, ins: _t.enumerate_chunks(ins[0](), start), key=(start,)
+            "enumerate",
+            lambda ctx, ins: _t.enumerate_chunks(ins[0](), _st.resumed(ctx.resume, "next", start)),
+            key=(start,),
+            resume=_st.counting(start),
         )
 
     def take(self, n: int) -> Pipeline[T]:
@@ -238,7 +249,9 @@ class Pipeline(Generic[T]):
             [0, 1, 2]
         """
         _check_int("take count", n, -1)
-        return self._then("take", _t.build_take(n), card=_t.card_take(n), key=(n,))
+        return self._then(
+            "take", _t.build_take(n), card=_t.card_take(n), key=(n,), resume=_st.taking(n)
+        )
 
     def skip(self, n: int) -> Pipeline[T]:
         """Everything after the first ``n`` items (nothing when ``n`` is -1).
@@ -250,7 +263,11 @@ class Pipeline(Generic[T]):
         """
         _check_int("skip count", n, -1)
         return self._then(
-            "skip", lambda ctx, ins: _t.skip_chunks(ins[0](), n), card=_t.card_skip(n), key=(n,)
+            "skip",
+            lambda ctx, ins: _t.skip_chunks(ins[0](), _st.resumed(ctx.resume, "left", n)),
+            card=_t.card_skip(n),
+            key=(n,),
+            resume=_st.skipping(n),
         )
 
     def repeat(self, count: int | None = None) -> Pipeline[T]:
@@ -264,7 +281,11 @@ class Pipeline(Generic[T]):
         if count is not None:
             _check_int("repeat count", count, -1)
         return self._then(
-            "repeat", _t.build_repeat(count), card=_t.card_repeat(count), key=(count,)
+            "repeat",
+            _t.build_repeat(count),
+            card=_t.card_repeat(count),
+            key=(count,),
+            resume=_st.LOGGED,
         )
 
     def shard(self, num_shards: int, index: int) -> Pipeline[T]:
@@ -312,6 +333,7 @@ class Pipeline(Generic[T]):
             items=CHUNK_MAX if auto else size,
             grow_to=size if auto else 0,
             key=(n,),
+            resume=_st.one_to_one,
         )
 
     def pipe(self, stage: Callable[[AsyncIterator[T]], AsyncIterator[U]]) -> Pipeline[U]:
@@ -377,6 +399,7 @@ class Pipeline(Generic[T]):
             holds=size,
             mult=size,
             key=(size, drop_remainder, collate),
+            resume=_st.per_batch(size),
         )
 
     def unbatch(self) -> Pipeline[Any]:
@@ -387,7 +410,12 @@ class Pipeline(Generic[T]):
             >>> af.range(5).batch(2).unbatch().map(int).to_list()
             [0, 1, 2, 3, 4]
         """
-        return self._then("unbatch", _b.build_unbatch(), card=lambda _: UNKNOWN_CARD)
+        return self._then(
+            "unbatch",
+            _logs.chunkwise(_b.build_unbatch()),
+            card=lambda _: UNKNOWN_CARD,
+            resume=_st.LOGGED,
+        )
 
     def rebatch(self, size: int, *, drop_remainder: bool = False) -> Pipeline[Any]:
         """Cut the stream of batches into batches of ``size`` items.
@@ -425,6 +453,7 @@ class Pipeline(Generic[T]):
             holds=size,
             mult=size,
             key=(size, shift, drop_remainder),
+            resume=_st.per_batch(size if shift is None else shift),
         )
 
     # -- parallel: interleave (issue 3) ---------------------------------------------------
@@ -465,6 +494,7 @@ class Pipeline(Generic[T]):
             task=concurrency is not None,
             holds=_c.interleave_holds(cycle_length, concurrency),
             key=(fn, cycle_length, block_length, concurrency, ordered),
+            resume=_st.LOGGED if ordered else _st.Refuse(_st.UNORDERED),
         )
 
     # -- ordering, grouping, sampling (issue 4) ------------------------------------------
@@ -497,6 +527,7 @@ class Pipeline(Generic[T]):
             _o.build_shuffle(buffer_size, seed, reshuffle_each_iteration),
             holds=buffer_size,
             key=(buffer_size, seed, reshuffle_each_iteration),
+            resume=_st.LOGGED,
         )
 
     def sort_by(
@@ -600,6 +631,7 @@ class Pipeline(Generic[T]):
             card=_o.card_unknown,
             holds=num_partitions * (_p.INPUT_ITEMS + CHANNEL_ITEMS + CHUNK_MAX),
             key=(key, num_partitions, fn),
+            resume=_st.Refuse("merges its partitions as they are ready: a replay would differ"),
         )
 
     def padded_batch(
@@ -625,6 +657,7 @@ class Pipeline(Generic[T]):
             holds=size,
             mult=size,
             key=(size, padding_value, drop_remainder),
+            resume=_st.per_batch(size),
         )
 
     def bucket_by_length(
@@ -698,6 +731,7 @@ class Pipeline(Generic[T]):
                 None if initial_dist is None else tuple(initial_dist),
                 seed,
             ),
+            resume=_st.LOGGED,
         )
 
     # -- io and caching (issue 5) --------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ._logs import ChunkLog
 from ._runtime import ChunkIter, Ctx, Opener, aclosing
 from .errors import PipelineError, annotate
 
@@ -90,12 +91,16 @@ def build_rejection_resample(
         known = r / r.max()
     seed = check_seed(seed)
 
-    async def resample(src: ChunkIter, ctx: Ctx) -> ChunkIter:
+    async def resample(src: ChunkIter, ctx: Ctx, log: ChunkLog) -> ChunkIter:
         rng = epoch_rng(seed, ctx.open_index)
         counts = np.full(k, float(SMOOTHING))
-        pos = 0
+        if log.state is not None:  # resumed (see ChunkLog)
+            rng.bit_generator.state = log.state["rng"]
+            counts = np.asarray(log.state["counts"], dtype=float)
+        pos = emitted = 0
         async with aclosing(src):
             async for chunk in src:
+                log.mark(emitted, pos, {"rng": rng.bit_generator.state, "counts": counts.tolist()})
                 classes: list[int] = []
                 failure: BaseException | None = None
                 for x in chunk:
@@ -130,8 +135,16 @@ def build_rejection_resample(
                     out = [x for x, kp in zip(chunk, keep.tolist(), strict=False) if kp]
                     pos += len(classes)
                     if out:
+                        emitted += len(out)
                         yield out
                 if failure is not None:
                     raise failure from None
 
-    return lambda ctx, inputs: resample(inputs[0](), ctx)
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        from .transforms import skip_chunks
+
+        log = ChunkLog(ctx)
+        gen = resample(inputs[0](), ctx, log)
+        return skip_chunks(gen, log.drop) if log.drop else gen
+
+    return build

@@ -15,14 +15,15 @@ from itertools import islice
 from time import perf_counter
 from typing import Any, TypeVar
 
+from ._logs import COUNTED, counted_source
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
-from ._splits import RangeSplits
+from ._splits import IndexSplits, RangeSplits, list_source
 from .errors import PipelineError, annotate
 from .pipeline import Pipeline
 
 T = TypeVar("T")
 
-__all__ = ["from_dataflow", "from_iterable", "range"]
+__all__ = ["from_dataflow", "from_iterable", "from_source", "range"]
 
 # A chunk should take about this long to make: long enough to amortize the hand-off,
 # short enough that a slow source never holds the loop for long.
@@ -174,20 +175,164 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
     r = builtins.range(start) if stop is None else builtins.range(start, stop, step)
 
     async def gen(ctx: Ctx) -> ChunkIter:
-        for i in builtins.range(0, len(r), CHUNK_MAX):
+        for i in builtins.range(counted_source(ctx), len(r), CHUNK_MAX):
             yield list(r[i : i + CHUNK_MAX])
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(ctx)
 
     n = len(r)
+    key = (r.start, r.stop, r.step)
     return Pipeline(
         Node(
             "range",
             build,
             card=lambda _: n,
             task=True,
-            key=(r.start, r.stop, r.step),
+            key=key,
+            resume=COUNTED,
             splits=RangeSplits(r),
         )
     )
+
+
+# -- random access ------------------------------------------------------------------------
+Shard = tuple[int, int] | str | None
+
+
+def resolve_shard(shard: Shard) -> tuple[int, int]:
+    """``(num_shards, index)`` of a ``shard=`` argument: None, ``"env"`` or a pair."""
+    from .transforms import shard_from_env
+
+    if shard is None:
+        return 1, 0
+    if shard == "env":
+        return shard_from_env()
+    if (
+        isinstance(shard, tuple | list)
+        and len(shard) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in shard)
+        and shard[0] >= 1
+        and 0 <= shard[1] < shard[0]
+    ):
+        return int(shard[0]), int(shard[1])
+    raise PipelineError(
+        f'shard must be None, "env" or (num_shards, index) with 0 <= index < num_shards,'
+        f" got {shard!r}"
+    )
+
+
+def _reader_of(seq: Any) -> Callable[[Any], Iterable[Any]]:
+    """How to read the items at an array of indexes: vectorized where the type allows.
+
+    Else one by one (``map``), so that the items before a failing ``seq[i]`` come out.
+    """
+    import numpy as np
+
+    if isinstance(seq, builtins.range):
+        r = seq
+        return lambda idx: (idx * r.step + r.start).tolist()
+    if isinstance(seq, np.ndarray):
+        return lambda idx: list(seq[idx])
+    get = seq.__getitem__
+    return lambda idx: map(get, idx.tolist())
+
+
+def from_source(
+    seq: Any, *, shuffle: bool = False, seed: int | None = None, shard: Shard = None
+) -> Pipeline[Any]:
+    """A random-access source: ``seq[i]`` for anything with ``__len__`` and ``__getitem__``.
+
+    A list, a numpy array or memmap, a Hugging Face ``Dataset``, a torch map-style
+    dataset, a class of your own reading records by index. ``shuffle=True`` reads it in
+    a global permutation drawn afresh every epoch from ``(seed, epoch)``: a keyed
+    bijection of the indexes (``_permute.Permutation``) computed as it goes, in O(1)
+    memory, so 10^9 items start at once. ``seed=None``: a random seed (0 when sharded,
+    so that all ranks share the permutation; a state keeps the seed it was drawn with).
+    ``shard=(num_shards, index)`` or ``"env"`` (``af.shard_from_env()``) keeps every
+    ``num_shards``-th position of the permutation from ``index``: ranks get disjoint
+    slices that cover it, differing in length by at most one.
+
+    A state (``it.state_dict()``) holds the position; resuming seeks there, at the cost
+    of one chunk whatever the position, and ``af.merge_states`` re-splits the states of
+    ``n`` ranks over ``m``. Items are read in the source's task; for slow reads, shuffle
+    indexes and read them with ``map``'s knobs:
+    ``af.from_source(range(len(ds)), shuffle=True).map(ds.__getitem__, concurrency=8,
+    executor="thread")`` (resumable the same way).
+
+    Example:
+        >>> import aioflow as af
+        >>> af.from_source("abcde").to_list()
+        ['a', 'b', 'c', 'd', 'e']
+        >>> p = af.from_source("abcdefghij", shuffle=True, seed=0)
+        >>> "".join(sorted(p.to_list())), p.to_list() != p.to_list()
+        ('abcdefghij', True)
+        >>> af.from_source("abcdefghij", shard=(3, 1)).to_list()
+        ['b', 'e', 'h']
+    """
+    return index_source(seq, shuffle, seed, shard, "from_source")
+
+
+def index_source(
+    seq: Any, shuffle: bool, seed: int | None, shard: Shard, name: str
+) -> Pipeline[Any]:
+    """``from_source`` under a stage name of its own (``from_torch_dataset``'s)."""
+    from ._index import Position
+    from ._state import Seek
+
+    if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")):
+        raise PipelineError(
+            f"{name} needs __len__ and __getitem__, got {type(seq).__name__}"
+            " (iterate it with af.from_iterable instead)"
+        )
+
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise PipelineError(f"seed must be None or an int >= 0, got {seed!r}")
+    num, idx = resolve_shard(shard)
+    n = len(seq)
+    explicit = seed is not None
+    if seed is None:
+        from numpy.random import SeedSequence
+
+        seed = 0 if num > 1 else int(SeedSequence().generate_state(1)[0])
+    read = _reader_of(seq)
+    base_seed = seed
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        pos = Position.resumed(ctx.resume, n, (num, idx), base_seed, explicit, ctx.name)
+        ctx.seeker(pos.after)
+        return sync_chunks(pos.items(read, ctx.open_index if shuffle else None), ctx)
+
+    card = len(builtins.range(idx, n, num))
+    key = (type(seq).__name__, n, shuffle)
+    start = Seek(lambda: Position(n, base_seed, (num, idx), None, 0).after(0))
+    part = _IndexPart(seq, n, (num, idx), base_seed, shuffle, name)
+    splits = IndexSplits(card, part)
+    return Pipeline(
+        Node(name, build, card=lambda _: card, task=True, key=key, resume=start, splits=splits)
+    )
+
+
+class _IndexPart:
+    """The items at this rank's positions ``start:stop`` of an epoch (a ``distribute`` split).
+
+    It travels to Dask workers with the sequence it reads.
+    """
+
+    def __init__(
+        self, seq: Any, n: int, shard: tuple[int, int], seed: int, shuffle: bool, name: str
+    ) -> None:
+        self.seq, self.n, self.shard, self.seed = seq, n, shard, seed
+        self.shuffle, self.name = shuffle, name
+
+    def __call__(self, epoch: int, start: int, stop: int) -> Pipeline[Any]:
+        import numpy as np
+
+        from ._permute import Permutation
+
+        num, idx = self.shard
+        pos = idx + num * np.arange(start, stop, dtype=np.int64)
+        if self.shuffle:
+            perm = Permutation(self.n, (self.seed, epoch))
+            pos = perm.map(pos.astype(np.uint64)).astype(np.int64)
+        return list_source(self.name, list(_reader_of(self.seq)(pos)))

@@ -30,6 +30,7 @@ from ._runtime import (
     Opener,
     aclosing,
 )
+from ._state import resumed
 from .errors import PipelineError, annotate, control_flow_error
 
 __all__ = [
@@ -97,10 +98,14 @@ def build_map(
 
 
 def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+    from ._logs import ElementLog
+    from .pipeline import Pipeline
     from .sources import iterable_chunks
 
     async def flat(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         pos = 0
+        emitted = 0  # items out, for the state (see ElementLog)
+        log = ElementLog(ctx)
         out: list[Any] = []
         async with aclosing(src):
             async for chunk in src:
@@ -111,20 +116,31 @@ def build_flat_map(fn: Callable[[Any], Any]) -> Callable[[Ctx, Sequence[Opener]]
                         if out:
                             yield out
                         raise control_flow_error(e, ctx.name, pos) from None
+                    resume, drop = log.first() if pos == 0 else (None, 0)
                     pos += 1
                     if isinstance(sub, list | tuple):
-                        out.extend(sub)
+                        log.element(emitted + len(out), pos - 1, drop)
+                        out.extend(sub[drop:])
                         if len(out) >= CHUNK_MAX:
+                            emitted += len(out)
                             yield out
                             out = []
                         continue
                     if out:
+                        emitted += len(out)
                         yield out
                         out = []
-                    async with aclosing(iterable_chunks(sub, ctx)) as subchunks:
-                        async for c in subchunks:
+                    entry = log.element(emitted, pos - 1, drop, resume)
+                    if isinstance(sub, Pipeline):
+                        subchunks = ctx.open(sub, resume, entry.hook)
+                    else:
+                        subchunks = iterable_chunks(sub, ctx)
+                    async with aclosing(skip_chunks(subchunks, drop)) as subs:
+                        async for c in subs:
+                            emitted += len(c)
                             yield c
                 if out:
+                    emitted += len(out)
                     yield out
                     out = []
 
@@ -164,13 +180,13 @@ async def enumerate_chunks(src: ChunkIter, start: int) -> ChunkIter:
 
 
 def build_take(n: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    async def take(src: ChunkIter) -> ChunkIter:
-        if n == 0:
+    async def take(src: ChunkIter, left: int) -> ChunkIter:
+        if left == 0:
+            await src.aclose()
             return
-        left = n
         async with aclosing(src):  # closing stops the upstream at once
             async for chunk in src:
-                if n < 0:
+                if left < 0:
                     yield chunk
                     continue
                 if len(chunk) >= left:
@@ -179,14 +195,14 @@ def build_take(n: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
                 left -= len(chunk)
                 yield chunk
 
-    return lambda ctx, inputs: take(inputs[0]())
+    return lambda ctx, inputs: take(inputs[0](), resumed(ctx.resume, "left", n))
 
 
 async def skip_chunks(src: ChunkIter, n: int) -> ChunkIter:
     left = n
     async with aclosing(src):
         async for chunk in src:
-            if n < 0:
+            if left < 0:
                 continue
             if left:
                 if len(chunk) <= left:
@@ -198,19 +214,33 @@ async def skip_chunks(src: ChunkIter, n: int) -> ChunkIter:
 
 
 def build_repeat(count: int | None) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    async def repeat(opener: Opener) -> ChunkIter:
-        epoch = 0
+    async def repeat(opener: Opener, ctx: Ctx) -> ChunkIter:
+        epoch = first = resumed(ctx.resume, "epoch", 0)  # epochs done before this run
+        starts: list[int] = []  # items out when each epoch of this run began
+
+        def at(k: int) -> tuple[Any, int, int] | None:
+            e = len(starts) - 1
+            while e >= 0 and starts[e] > k:
+                e -= 1
+            if e < len(starts) - 2 or e < 0:
+                return None  # an epoch whose input's state is gone (runtime keeps two)
+            return {"epoch": first + e}, k - starts[e], e
+
+        ctx.seeker(at)
+        out = 0
         while count is None or count < 0 or epoch < count:
             produced = False
+            starts.append(out)
             async with aclosing(opener()) as src:
                 async for chunk in src:
                     produced = True
+                    out += len(chunk)
                     yield chunk
             epoch += 1
             if not produced:  # an empty input repeated forever is empty (as in tf.data)
                 return
 
-    return lambda ctx, inputs: repeat(inputs[0])
+    return lambda ctx, inputs: repeat(inputs[0], ctx)
 
 
 def build_shard(num_shards: int, index: int) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:

@@ -57,3 +57,16 @@ def test_a_tasks_job_leaves_the_file_list_out(tmp_path):
         (tmp_path / f"file-with-a-long-name-{k:04}.txt").touch()
     p = af.list_files(str(tmp_path / "*.txt")).map(len)
     assert len(job_of(p, _leaf(p))) < 5_000  # the 300 paths alone are ~20 kB
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("shard", [None, (3, 1)])
+def test_from_source_splits_give_each_epochs_order_of_its_shard(shuffle, shard):
+    p = af.from_source(list(range(1000)), shuffle=shuffle, seed=7, shard=shard)
+    s = splits_of(p)
+    epochs = []
+    for epoch in range(2):  # the run's own epochs 0 and 1, against the splits of each
+        parts = [s.split(epoch, i).to_list() for i in range(s.count(epoch))]
+        epochs.append([x for part in parts for x in part])
+        assert epochs[-1] == p.to_list()
+    assert (epochs[0] != epochs[1]) == shuffle

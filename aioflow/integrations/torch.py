@@ -10,46 +10,32 @@ is imported only by the functions that need it.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
 
 from .._calls import check_concurrency
-from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
+from .._runtime import CHUNK_MAX
 from ..errors import PipelineError
 from ..pipeline import Pipeline
-from ..sources import from_iterable, sync_chunks
-from ..transforms import build_map, card_shard, shard_from_env
+from ..sources import Shard, from_iterable, index_source, resolve_shard
+from ..transforms import build_map
 
-__all__ = ["collate", "from_torch_dataset", "make_collate", "pin_memory", "to_torch"]
+__all__ = [
+    "collate",
+    "from_torch_dataset",
+    "make_collate",
+    "pin_memory",
+    "stateful_dataset",
+    "to_torch",
+]
 
 log = logging.getLogger("aioflow")
-
-Shard = tuple[int, int] | str | None
-
-
-def _resolve_shard(shard: Shard) -> tuple[int, int]:
-    if shard is None:
-        return 1, 0
-    if shard == "env":
-        return shard_from_env()
-    if (
-        isinstance(shard, tuple)
-        and len(shard) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in shard)
-        and shard[0] >= 1
-        and 0 <= shard[1] < shard[0]
-    ):
-        return shard
-    raise PipelineError(
-        f'shard must be None, "env" or (num_shards, index) with 0 <= index < num_shards,'
-        f" got {shard!r}"
-    )
-
 
 def _is_iterable_dataset(ds: Any) -> bool:
     # a torch IterableDataset can only exist when torch is imported: no import needed here
@@ -96,7 +82,7 @@ def from_torch_dataset(
         >>> af.from_torch_dataset(data, shard=(2, 1)).to_list()
         [11, 13]
     """
-    num_shards, index = _resolve_shard(shard)
+    num_shards, index = resolve_shard(shard)
     check_concurrency(concurrency)
     if _is_iterable_dataset(ds):
         if shuffle:
@@ -111,45 +97,11 @@ def from_torch_dataset(
             )
         p: Pipeline[Any] = from_iterable(ds)
         return p.shard(num_shards, index) if num_shards > 1 else p
-    n = len(ds)
-    if seed is None:
-        seed = 0 if num_shards > 1 else int(np.random.SeedSequence().generate_state(1)[0])
-    base_seed = seed
-
-    def indices(epoch: int) -> Iterator[int]:
-        order = np.arange(n)
-        if shuffle:
-            order = np.random.default_rng([base_seed, epoch]).permutation(n)
-        return iter(order[index::num_shards].tolist())
-
-    getitem: Callable[[int], Any] = ds.__getitem__
-    inline = concurrency == 1 and executor is None
-    card = card_shard(num_shards, index)([n])
-    key = (type(ds).__name__, n, shuffle, seed if shuffle else None, num_shards, index)
-
-    if inline:
-        # ds[i] in the source itself: its chunks adapt to how long one item takes
-        def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-            return sync_chunks(map(getitem, indices(ctx.open_index)), ctx)
-
-        return Pipeline(Node("from_torch_dataset", build, card=lambda _: card, task=True, key=key))
-
-    async def index_chunks(ctx: Ctx) -> ChunkIter:
-        order = list(indices(ctx.open_index))
-        for i in range(0, len(order), CHUNK_MAX):
-            yield order[i : i + CHUNK_MAX]
-
-    src: Pipeline[int] = Pipeline(
-        Node(
-            "from_torch_dataset",
-            lambda ctx, inputs: index_chunks(ctx),
-            card=lambda _: card,
-            task=True,
-            key=key,
-        )
-    )
+    if concurrency == 1 and executor is None:
+        return index_source(ds, shuffle, seed, shard, "from_torch_dataset")
     # Pipeline.map, so that ds[i] runs as any map with these knobs does
-    return src.map(getitem, concurrency=concurrency, executor=executor)
+    src = index_source(builtins.range(len(ds)), shuffle, seed, shard, "from_torch_dataset")
+    return src.map(ds.__getitem__, concurrency=concurrency, executor=executor)
 
 
 # -- batches as tensors -------------------------------------------------------------------
@@ -276,3 +228,33 @@ def pin_memory(p: Pipeline[Any]) -> Pipeline[Any]:
         _pin, concurrency=1, executor="thread", ordered=True, on_error="raise", timeout=None
     )
     return p._then("pin_memory", build, task=True, holds=1 + CHUNK_MAX, key=("pin_memory",))
+
+
+# -- checkpoints --------------------------------------------------------------------------
+_stateful_class: list[type] = []
+
+
+def stateful_dataset(pipeline: Pipeline[Any]) -> Any:
+    """The pipeline as a torch ``IterableDataset`` with ``state_dict``/``load_state_dict``.
+
+    An ``af.StatefulLoader`` that torch's ``DataLoader`` and torchdata's
+    ``StatefulDataLoader`` take as a dataset (use ``batch_size=None``: the pipeline
+    batches): ``dl.state_dict()`` / ``dl.load_state_dict(sd)`` then checkpoint and resume
+    it, by seeking where its stages allow (see docs/checkpointing.md).
+
+    Example:
+        >>> import torch, aioflow as af
+        >>> from aioflow.integrations.torch import stateful_dataset
+        >>> ds = stateful_dataset(af.range(5).batch(2, collate=list))
+        >>> list(torch.utils.data.DataLoader(ds, batch_size=None))
+        [[0, 1], [2, 3], [4]]
+    """
+    import torch
+
+    from ..checkpoint import StatefulLoader
+
+    if not _stateful_class:
+        _stateful_class.append(
+            type("StatefulPipelineDataset", (StatefulLoader, torch.utils.data.IterableDataset), {})
+        )
+    return _stateful_class[0](pipeline)

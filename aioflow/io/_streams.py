@@ -27,6 +27,7 @@ import aiofiles.threadpool
 
 from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, Run
+from .._state import SEEK
 from ..errors import BadInput, PipelineError
 from ..pipeline import Pipeline
 
@@ -71,9 +72,12 @@ class LocalStream:
         self._f = aiofiles.threadpool.wrap(raw, loop=asyncio.get_running_loop(), executor=pool)
 
     @classmethod
-    async def open(cls, path: str, pool: Executor | None = None) -> LocalStream:
-        """Open ``path`` in ``pool`` (the run's: a call that never returns is abandoned)."""
-        opening = _Opening(path)
+    async def open(
+        cls, path: str, pool: Executor | None = None, offset: int = 0
+    ) -> LocalStream:
+        """Open ``path`` at ``offset`` in ``pool`` (the run's: a call that never returns is
+        abandoned)."""
+        opening = _Opening(path, offset)
         fut = asyncio.get_running_loop().run_in_executor(pool, opening.open)
         try:
             raw = await asyncio.shield(fut)
@@ -96,14 +100,17 @@ class _Opening:
     Not a callback on the loop's future: the open may end after the loop has closed.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, offset: int = 0) -> None:
         self.path = path
+        self.offset = offset
         self.lock = threading.Lock()
         self.abandoned = False
         self.raw: Any = None
 
     def open(self) -> Any:
         raw = open(self.path, "rb")  # noqa: SIM115 - LocalStream closes it
+        if self.offset:
+            raw.seek(self.offset)
         with self.lock:
             if not self.abandoned:
                 self.raw = raw
@@ -195,11 +202,12 @@ class _Inflating:
 
 @contextlib.asynccontextmanager
 async def open_stream(
-    path: str, ctx: Ctx, compression: str | None = None
+    path: str, ctx: Ctx, compression: str | None = None, offset: int = 0
 ) -> AsyncIterator[ByteStream]:
     """Open ``path`` for reading bytes; closed when the block exits (break and error too).
 
     With ``compression`` ("GZIP" or "ZLIB") the bytes read are the decompressed ones.
+    ``offset``: where to start (a local, uncompressed file: see ``SeekLog``).
     """
     stream: ByteStream
     if is_url(path):
@@ -207,7 +215,7 @@ async def open_stream(
 
         stream = await open_url(path, ctx)
     else:
-        stream = await LocalStream.open(local_path(path), ctx.run.thread_pool())
+        stream = await LocalStream.open(local_path(path), ctx.run.thread_pool(), offset)
     if compression is not None:
         stream = _Inflating(stream, compression, path)
     try:
@@ -331,4 +339,5 @@ def reader(
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(p, ctx, _policy(ctx, on_error))
 
-    return Pipeline(Node(name, build, card=lambda _: card, task=task, key=(p, on_error, *key)))
+    node = Node(name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK)
+    return Pipeline(node)

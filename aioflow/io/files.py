@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from .._calls import ErrorPolicy
+from .._logs import COUNTED, SeekLog, counted_source
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
 from .._splits import FileSplits
 from ..errors import PipelineError
@@ -99,20 +100,23 @@ def list_files(
             rng = random.Random(None if seed is None else seed * 1_000_003 + ctx.open_index)
             order = files.copy()
             rng.shuffle(order)
-        for c in chunked(order):
+        start = counted_source(ctx) if not shuffle or seed is not None else 0
+        for c in chunked(order[start:]):
             yield c
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(ctx)
 
     n = len(files)
+    key = (tuple(pats), shuffle, seed)
     return Pipeline(
         Node(
             "list_files",
             build,
             card=lambda _: n,
             task=True,
-            key=(tuple(pats), shuffle, seed),
+            key=key,
+            resume=COUNTED,
             splits=FileSplits(files, shuffle, seed),
         )
     )
@@ -149,24 +153,30 @@ def _decode_lines(seg: bytes, encoding: str) -> tuple[list[Any], bool]:
 
 
 async def _line_blocks(
-    path: str, ctx: Ctx, encoding: str, compression: str | None
+    path: str, ctx: Ctx, encoding: str, compression: str | None, log: SeekLog
 ) -> AsyncIterator[tuple[int, list[Any], bool]]:
-    """``(number of its first line, lines, has undecodable lines)`` for each block."""
+    """``(number of its first line, lines, has undecodable lines)`` for each block.
+
+    Before each block, ``log`` is told where it starts (byte offset and line number).
+    """
     encoding, bom = _codec(encoding)
-    async with open_stream(path, ctx, compression) as s:
+    offset, lineno = log.start["offset"], log.start["line"]
+    bom = bom and offset == 0  # a resumed read starts past the BOM
+    async with open_stream(path, ctx, compression, offset) as s:
         rest = bytearray()
-        lineno = 1
         block = BLOCK_MIN
         while True:
             data = await s.read(block)
             if bom:  # utf-8-sig: a BOM at the start of the file is dropped
-                data = await _drop_bom(s, data)
+                data, dropped = await _drop_bom(s, data)
+                offset += dropped
                 bom = False
             if block < BLOCK_MAX:
                 block *= 2
             if not data:
                 if rest:  # the last line has no newline
                     lines, bad = _decode_lines(bytes(rest), encoding)
+                    log.mark(offset=offset, line=lineno)
                     yield lineno, lines, bad
                 return
             cut = data.rfind(b"\n")
@@ -180,8 +190,10 @@ async def _line_blocks(
                 seg = data[:cut]
             rest = bytearray(data[cut + 1 :])
             lines, bad = _decode_lines(seg, encoding)
+            log.mark(offset=offset, line=lineno)
             yield lineno, lines, bad
             lineno += len(lines)
+            offset += len(seg) + 1
 
 
 def _codec(encoding: str) -> tuple[str, bool]:
@@ -194,13 +206,16 @@ def _codec(encoding: str) -> tuple[str, bool]:
     return encoding, False
 
 
-async def _drop_bom(s: ByteStream, data: bytes) -> bytes:
+async def _drop_bom(s: ByteStream, data: bytes) -> tuple[bytes, int]:
+    """The data without a leading UTF-8 BOM, and how many bytes were dropped."""
     while len(data) < len(codecs.BOM_UTF8) and data:  # a first read of 1 or 2 bytes
         more = await s.read(BLOCK_MIN)
         if not more:
             break
         data += more
-    return data[len(codecs.BOM_UTF8) :] if data.startswith(codecs.BOM_UTF8) else data
+    if data.startswith(codecs.BOM_UTF8):
+        return data[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+    return data, 0
 
 
 def _check_encoding(encoding: str) -> str:
@@ -237,7 +252,8 @@ def read_lines(
     comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp):
+        log = SeekLog(ctx, p, comp, offset=0, line=1)
+        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
             if bad:
                 good: list[Any] = []
                 for i, s in enumerate(lines):
@@ -245,12 +261,12 @@ def read_lines(
                         err = bad_input(ctx, p, f"not {encoding}: {s.exc}", line=lineno + i)
                         if policy.skip(err, ctx, lineno + i - 1):
                             continue
-                        for c in chunked(good):
+                        for c in chunked(log.drop(good)):
                             yield c
                         raise err from s.exc
                     good.append(s)
                 lines = good
-            for c in chunked(lines):
+            for c in chunked(log.drop(lines)):
                 yield c
 
     return reader("read_lines", path, gen, on_error=on_error, key=(encoding, comp))
@@ -283,14 +299,15 @@ def read_jsonl(
     loads = json.loads
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp):
+        log = SeekLog(ctx, p, comp, offset=0, line=1)
+        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
             if not bad:
                 try:
                     objs = [loads(s) for s in lines if s and not s.isspace()]
                 except ValueError:
                     objs = None  # find the bad line(s) on the slow path below
                 if objs is not None:
-                    for c in chunked(objs):
+                    for c in chunked(log.drop(objs)):
                         yield c
                     continue
             out: list[Any] = []
@@ -309,10 +326,10 @@ def read_jsonl(
                 err = bad_input(ctx, p, f"malformed JSON line: {exc}", line=lineno + i)
                 if policy.skip(err, ctx, lineno + i - 1):
                     continue
-                for c in chunked(out):
+                for c in chunked(log.drop(out)):
                     yield c
                 raise err from exc
-            for c in chunked(out):
+            for c in chunked(log.drop(out)):
                 yield c
 
     return reader("read_jsonl", path, gen, on_error=on_error, key=(encoding, comp))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._calls import ErrorPolicy
+from .._logs import SeekLog
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..errors import BadInput
 from ..pipeline import Pipeline
@@ -139,12 +140,16 @@ def read_tfrecord(
     comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        index = 0  # records seen, for the position of a skipped one
-        async with open_stream(p, ctx, comp) as s:
+        log = SeekLog(ctx, p, comp, offset=0, index=0)
+        index = log.start["index"]  # records seen, for the position of a skipped one
+        async with open_stream(p, ctx, comp, log.start["offset"]) as s:
             buf = Buffered(s)
+            buf.offset = log.start["offset"]
             while True:
+                log.mark(offset=buf.offset, index=index)
                 out, problem, at = _parse(buf, check_crc)
                 index += len(out)
+                out = log.drop(out)
                 if out:
                     yield out
                 if problem is not None:

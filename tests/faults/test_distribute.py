@@ -92,6 +92,13 @@ def test_range_items_arrive_exactly_once(client):
     assert rows  # where each worker's time went
 
 
+def test_from_source_items_arrive_exactly_once_in_each_epochs_permutation(client):
+    p = af.from_source(list(range(2000)), shuffle=True, seed=3).map(lambda x: x + 1)
+    for _ in range(2):
+        out = p.distribute(client).to_list()
+        assert sorted(out) == list(range(1, 2001))
+
+
 def test_list_files_items_arrive_exactly_once_in_every_epoch(client, tmp_path):
     for f in range(12):
         (tmp_path / f"{f:02}.txt").write_text("".join(f"{f}-{k}\n" for k in range(30)))

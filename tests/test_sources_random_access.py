@@ -1,0 +1,146 @@
+"""from_source: random-access sources, the global shuffle, shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioflow as af
+from aioflow._permute import Permutation
+
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PRIMES = [2, 3, 5, 7, 11, 13, 97, 101, 257, 1009, 4099]
+
+
+@pytest.mark.parametrize("n", [0, 1, *PRIMES, 4, 16, 64, 1024, 4096, 4097])
+def test_permutation_is_a_bijection_for_every_length(n):
+    for epoch in range(3):
+        assert sorted(Permutation(n, (5, epoch)).take(0, n).tolist()) == list(range(n))
+
+
+@FAST
+@given(st.integers(0, 3000), st.integers(0, 2**63 - 1), st.integers(0, 1000))
+def test_permutation_of_any_length_and_key_is_a_bijection(n, seed, epoch):
+    perm = Permutation(n, (seed, epoch))
+    assert sorted(perm.take(0, n).tolist()) == list(range(n))
+    if n:
+        i = n // 2
+        assert perm[i] == perm.take(0, n)[i]  # block-independent
+
+
+def test_permutation_differs_per_epoch_and_per_seed():
+    orders = {
+        tuple(Permutation(1000, (seed, epoch)).take(0, 1000))
+        for seed in (0, 1)
+        for epoch in (0, 1, 2)
+    }
+    assert len(orders) == 6
+
+
+def test_shuffled_source_is_a_new_permutation_every_epoch_and_reproducible_by_seed():
+    p = af.from_source(list(range(200)), shuffle=True, seed=4)
+    e0, e1 = p.to_list(), p.to_list()
+    assert sorted(e0) == sorted(e1) == list(range(200))
+    assert e0 != e1 and e0 != list(range(200))
+    q = af.from_source(list(range(200)), shuffle=True, seed=4)
+    assert [q.to_list(), q.to_list()] == [e0, e1]
+    assert af.from_source(list(range(200)), shuffle=True, seed=5).to_list() != e0
+
+
+def test_a_global_shuffle_mixes_a_sorted_dataset_where_a_buffer_does_not():
+    labels = [i // 100 for i in range(1000)]  # sorted by class
+    first = af.from_source(labels, shuffle=True, seed=0).take(100).to_list()
+    assert len(set(first)) >= 8  # a 100-item buffer shuffle would give 1-2 classes
+
+
+class Records:
+    """A user class reading records by index."""
+
+    def __init__(self, n):
+        self.n = n
+        self.reads = 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.reads += 1
+        return {"id": i, "x": i * i}
+
+
+def test_a_user_class_numpy_array_and_memmap_are_read_by_index(tmp_path):
+    assert [r["id"] for r in af.from_source(Records(5)).to_list()] == [0, 1, 2, 3, 4]
+    arr = np.arange(12).reshape(6, 2)
+    rows = af.from_source(arr, shuffle=True, seed=1).to_list()
+    assert sorted(int(r[0]) for r in rows) == [0, 2, 4, 6, 8, 10]
+    mm = np.lib.format.open_memmap(tmp_path / "a.npy", mode="w+", dtype=np.int32, shape=(7,))
+    mm[:] = np.arange(7)
+    mm.flush()
+    ro = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert [int(x) for x in af.from_source(ro).to_list()] == list(range(7))
+    assert len(af.from_source(ro, shard=(2, 1))) == 3
+
+
+def test_shards_are_disjoint_slices_of_one_permutation_covering_it():
+    n = 101
+    for k in (1, 2, 3, 7):
+        parts = [af.from_source(range(n), shuffle=True, shard=(k, i)).to_list() for i in range(k)]
+        assert sorted(x for part in parts for x in part) == list(range(n))
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+        assert [len(af.from_source(range(n), shard=(k, i))) for i in range(k)] == list(
+            map(len, parts)
+        )
+
+
+def test_shard_env_reads_rank_and_world_size(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "2")
+    assert af.from_source(range(7), shard="env").to_list() == [2, 5]
+
+
+@pytest.mark.parametrize("bad", [dict(shard=(2, 2)), dict(shard="rank"), dict(seed=-1)])
+def test_bad_arguments_are_pipeline_errors(bad):
+    with pytest.raises(af.PipelineError):
+        af.from_source([1, 2], **bad)
+
+
+def test_an_object_without_getitem_is_refused_with_a_pointer_to_from_iterable():
+    with pytest.raises(af.PipelineError, match="from_iterable"):
+        af.from_source(x for x in range(3))
+
+
+def test_a_huge_source_starts_at_once_without_holding_its_indexes():
+    class Huge:
+        def __len__(self):
+            return 10**12
+
+        def __getitem__(self, i):
+            return i
+
+    first = af.from_source(Huge(), shuffle=True, seed=0).take(1000).to_list()
+    assert len(set(first)) == 1000 and max(first) > 10**9
+
+
+def test_slow_reads_go_through_map_knobs_and_stay_resumable():
+    ds = Records(50)
+    p = af.from_source(range(len(ds)), shuffle=True, seed=2).map(
+        ds.__getitem__, executor="thread", concurrency=4
+    )
+    whole = [r["id"] for r in p.to_list()]
+    assert sorted(whole) == list(range(50))
+
+
+def test_an_error_in_getitem_comes_after_the_items_before_it():
+    class Broken(Records):
+        def __getitem__(self, i):
+            if i == 3:
+                raise KeyError("record 3")
+            return i
+
+    got = []
+    with pytest.raises(KeyError):
+        for x in af.from_source(Broken(10)):
+            got.append(x)
+    assert got == [0, 1, 2]
