@@ -320,10 +320,10 @@ def cancelling() -> bool:
 
 
 async def in_thread(fn: Callable[[], Any]) -> None:
-    """Run a blocking call (a pool's shutdown) in a thread of its own and await it.
+    """Run a blocking call (an external sort writing a run) in a thread of its own.
 
     Not in the loop's default executor: that refuses work once the interpreter is
-    exiting, which is exactly when a half-consumed run may still be closing.
+    exiting. Nothing on a run's close path uses it (a new thread is refused then too).
     """
     loop = asyncio.get_running_loop()
     done = loop.create_future()

@@ -29,7 +29,7 @@ declare -A TESTS=(
   [_runtime]="test_runtime.py test_pipeline.py"
   [_calls]="test_parallel.py"
   [ordering]="test_ordering.py"
-  [combine]="test_combine.py test_interleave.py"
+  [combine]="test_combine.py test_interleave.py test_combine_sampling.py"
   [cache]="test_cache.py"
 )
 
