@@ -1,4 +1,4 @@
-"""Command line: ``python -m aioflow demo`` and ``python -m aioflow bench MODULE:ATTR``.
+"""Command line: python -m aioflow demo, and python -m aioflow bench MODULE:ATTR.
 
 ``bench`` loads a Pipeline, or a function returning one, from ``MODULE:ATTR`` (MODULE is
 a dotted module importable from the current directory, or the path of a ``.py`` file;
@@ -92,7 +92,7 @@ def _bench(args: argparse.Namespace) -> int:
     print(r.stats)
     first = "-" if r.first_item_s is None else f"{r.first_item_s:.3f} s"
     print(
-        f"{r.items:,} items in {r.seconds:.3f} s: {r.items_per_s:,.1f} items/s"
+        f"{r.items:,} {r.unit} in {r.seconds:.3f} s: {r.items_per_s:,.1f} {r.unit}/s"
         f" (first item after {first})"
     )
     if args.plot:
@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         " time to first item and the per-stage stats.",
     )
     b.add_argument("target", metavar="MODULE:ATTR", help="e.g. mypkg.data:train or train.py:p")
-    b.add_argument("--items", type=int, default=None, help="stop after N items")
+    b.add_argument("--items", type=int, default=None, help="stop after N items (batches, if it yields batches)")
     b.add_argument("--seconds", type=float, default=None, help="stop after S seconds")
-    b.add_argument("--warmup", type=int, default=0, help="items to read before timing")
+    b.add_argument("--warmup", type=int, default=0, help="items (or batches) to read before timing")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--plot", metavar="FILE", help="draw where each stage spends its time (PNG)")
     args = ap.parse_args(argv)
