@@ -66,8 +66,8 @@ class BenchResult:
 
 
 # stages after which an item of the output is still one of the stage before's
-_SAME_UNIT = ("prefetch", "take", "skip", "repeat", "shard", "cache", "shuffle(", "map(")
-_SAME_UNIT += ("filter(", "enumerate")
+_SAME_UNIT: tuple[str, ...] = ("prefetch", "take", "skip", "repeat", "shard", "cache")
+_SAME_UNIT += ("shuffle(", "map(", "filter(", "enumerate")
 _BATCHES = ("batch(", "padded_batch(", "rebatch(", "bucket_by_length")
 
 

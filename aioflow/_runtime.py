@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from ._meters import QueueMeter, StageMeter
+from ._meters import Lane, QueueMeter, StageMeter
 from .stats import RunStats
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ class Channel:
         "max_items",
         "put_waits",
         "qm",
+        "waits",
     )
 
     def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
@@ -156,6 +157,7 @@ class Channel:
         self.max_items = max(1, max_items)
         self.put_waits = 0  # how often a put found the channel full
         self.qm: QueueMeter | None = None
+        self.waits: Lane | None = None  # the consumer's channel: its reader's waits
 
     def attach(self, meter: StageMeter) -> None:
         """Report this channel's occupancy to ``meter`` (the stage that fills it)."""
@@ -220,10 +222,14 @@ class Channel:
                     raise self._exc
                 return None
             fut = self._getter = asyncio.get_running_loop().create_future()
+            t0 = perf_counter()
             try:
                 await fut
             finally:
                 self._getter = None
+                if self.waits is not None:
+                    t1 = perf_counter()
+                    self.waits.work(t1, t1 - t0)
         chunk = self._q.popleft()
         self._n -= len(chunk)
         if self.qm is not None:
@@ -234,24 +240,46 @@ class Channel:
         return chunk
 
 
-async def _metered(gen: ChunkIter, meter: StageMeter) -> ChunkIter:
-    """Counts a stage's output and the time spent producing it (inclusive of fused input)."""
+LaneCell = list[Lane | None]  # an instance's lane, once it runs (see _meters)
+
+
+async def _metered(
+    gen: ChunkIter, meter: StageMeter, mine: LaneCell, reader: LaneCell | None
+) -> ChunkIter:
+    """Counts a stage's output and the time spent producing it (inclusive of fused input),
+    and its own busy time (exclusive of its inputs) on the lane of this instance."""
     pc = perf_counter
     nxt = gen.__anext__
+    ln = mine[0] = meter.take_lane(_index(reader))
     try:
         while True:
-            t0 = pc()
+            t0, c0 = pc(), meter.inner(ln.index)
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
                 return
             finally:
-                meter.t_next += pc() - t0
+                _timed(meter, ln, t0, c0, pc())
             meter.items_out += len(chunk)
             meter.chunks_out += 1
             yield chunk
     finally:
+        ln.in_use = False
         await gen.aclose()
+
+
+def _index(cell: LaneCell | None) -> int | None:
+    lane = cell[0] if cell is not None else None
+    return lane.index if lane is not None else None
+
+
+def _timed(meter: StageMeter, ln: Lane, t0: float, c0: float, t1: float) -> None:
+    """One chunk took [t0, t1], of which its inputs took ``meter.inner`` minus ``c0``."""
+    dt = t1 - t0
+    meter.t_next += dt
+    ln.t_next += dt
+    own = dt - (meter.inner(ln.index) - c0)
+    ln.work(t1, own if own > 0.0 else 0.0)
 
 
 async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
@@ -334,6 +362,7 @@ class Run:
         self.closed = False
         self.started = perf_counter()
         self.ended: float | None = None  # when it closed: the stats of a finished run stay put
+        self.consumer = Lane(0)  # the consumer's waits for items (for the timeline)
 
     # -- building ---------------------------------------------------------------------
     def meter_for(self, node: Node, parent: StageMeter | None) -> StageMeter:
@@ -351,10 +380,15 @@ class Run:
         parent: StageMeter | None = None,
         boundary: bool = False,
         chunks: int | None = None,
+        reader: LaneCell | None = None,
     ) -> ChunkIter:
-        """Open a pipeline: its chunks, as an async iterator owned by the caller."""
+        """Open a pipeline: its chunks, as an async iterator owned by the caller.
+
+        ``reader``: the lane of the instance that reads it (its inputs run on the same one).
+        """
         node = pipeline._node
-        gen, meter = self._build(node, parent)
+        mine: LaneCell = [None]
+        gen, meter = self._build(node, parent, mine)
         if node.task or boundary:
             meter.task = True
             return self._reader(
@@ -363,13 +397,16 @@ class Run:
                 chunks if chunks is not None else node.chunks,
                 node.items,
                 node.grow_to,
+                (mine, reader),
             )
-        return _metered(gen, meter) if METER else gen
+        return _metered(gen, meter, mine, reader) if METER else gen
 
-    def _build(self, node: Node, parent: StageMeter | None) -> tuple[ChunkIter, StageMeter]:
+    def _build(
+        self, node: Node, parent: StageMeter | None, mine: LaneCell
+    ) -> tuple[ChunkIter, StageMeter]:
         """The node's own (unmetered) generator and its meter."""
         meter = self.meter_for(node, parent)
-        openers = tuple(self._opener(q, parent) for q in node.inputs)
+        openers = tuple(self._opener(q, parent, mine) for q in node.inputs)
         for q in node.inputs:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
@@ -392,18 +429,27 @@ class Run:
             self.first_open[idx] = base
         return self.first_open[idx] + k
 
-    def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
+    def _opener(self, q: Pipeline[Any], parent: StageMeter | None, reader: LaneCell) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
-        return lambda: self.open(q, parent=parent)
+        return lambda: self.open(q, parent=parent, reader=reader)
 
     async def _reader(
-        self, gen: ChunkIter, meter: StageMeter, max_chunks: int, max_items: int, grow_to: int = 0
+        self,
+        gen: ChunkIter,
+        meter: StageMeter,
+        max_chunks: int,
+        max_items: int,
+        grow_to: int,
+        lanes: tuple[LaneCell, LaneCell | None],
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
         meter.channel = chan
+        ln = None
         if METER:
             chan.attach(meter)
-        task = self.start(_pump(gen, chan, meter, METER), meter.name)
+            mine, reader = lanes
+            ln = mine[0] = meter.take_lane(_index(reader))
+        task = self.start(_pump(gen, chan, meter, METER, ln), meter.name)
         pc = perf_counter
         seen_waits = 0
         try:
@@ -418,7 +464,10 @@ class Run:
                         chan.grow(grow_to)
                     t0 = pc()
                     chunk = await chan.get()
-                    meter.t_read_wait += pc() - t0
+                    dt = pc() - t0
+                    meter.t_read_wait += dt
+                    if ln is not None:
+                        ln.t_read_wait += dt
                 if chunk is None:
                     return
                 yield chunk
@@ -426,6 +475,8 @@ class Run:
             task.cancel()
             await _wait_quietly(task)
             chan.detach()
+            if ln is not None:
+                ln.in_use = False
 
     def start(self, coro: Any, name: str = "aioflow") -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
@@ -436,17 +487,21 @@ class Run:
     def start_output(self, pipeline: Pipeline[Any], chan: Any) -> asyncio.Task[Any]:
         """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
         node = pipeline._node
+        if METER:
+            chan.waits = self.consumer  # (a Channel, or the sync adapter's ThreadChannel)
         if node.task:
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's
             hop = StageMeter("output", None)
             return self.start(_pump(self.open(pipeline), chan, hop, False), "output")
-        gen, meter = self._build(node, None)
+        mine: LaneCell = [None]
+        gen, meter = self._build(node, None, mine)
         if isinstance(chan, Channel):
             meter.channel = chan
             if METER:
                 chan.attach(meter)
-        return self.start(_pump(gen, chan, meter, METER), "output")
+        ln = mine[0] = meter.take_lane() if METER else None
+        return self.start(_pump(gen, chan, meter, METER, ln), "output")
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
@@ -499,7 +554,9 @@ class Run:
                 break
             except RuntimeError:  # the run's thread opened a stage meanwhile: try again
                 continue
-        return RunStats.from_meters(meters, until - self.started, until)
+        return RunStats.from_meters(
+            meters, until - self.started, until, timeline=(self.started, self.consumer)
+        )
 
 
 def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
@@ -516,24 +573,28 @@ def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
     return out
 
 
-async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> None:
+async def _pump(
+    gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool, ln: Lane | None = None
+) -> None:
     """Drive a (fused) stage generator and push its chunks into ``chan``.
 
     ``metered``: count the stage's output and time here (as ``_metered`` does for a fused
-    stage), saving a generator layer per chunk.
+    stage, on the instance's lane ``ln``), saving a generator layer per chunk.
     """
     pc = perf_counter
     nxt = gen.__anext__
+    if ln is None:
+        ln = Lane(0)  # (a lane nobody reads: the hop to the consumer)
     try:
         while True:
-            t0 = pc()
+            t0, c0 = pc(), meter.inner(ln.index) if metered else 0.0
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
                 break
             finally:
                 if metered:
-                    meter.t_next += pc() - t0
+                    _timed(meter, ln, t0, c0, pc())
             if metered:
                 meter.items_out += len(chunk)
                 meter.chunks_out += 1

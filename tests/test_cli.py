@@ -153,3 +153,18 @@ def test_bench_of_unbatched_items_says_items(tmp_path):
     r = aioflow_cli("bench", "flat:p", "--no-progress", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1].startswith("300 items in ")
+
+
+def test_bench_writes_the_run_as_a_trace(tmp_path):
+    import json
+
+    (tmp_path / "pipe.py").write_text(
+        "import aioflow as af\np = af.range(2000).map(lambda x: x * 2).batch(10).prefetch(2)\n"
+    )
+    trace = tmp_path / "run.json"
+    r = aioflow_cli("bench", "pipe:p", "--no-progress", "--trace", str(trace), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {trace}" in r.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"range", "map(<lambda>)", "batch(10)", "prefetch(2)", "consumer"} <= tracks
