@@ -38,20 +38,18 @@ class Lane:
         "busy",
         "in_use",
         "index",
+        "inner",
         "s0",
         "s1",
         "sbusy",
         "sn",
         "spans",
-        "t_next",
-        "t_read_wait",
     )
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.in_use = False
-        self.t_next = 0.0  # as StageMeter's, for this lane's instances only
-        self.t_read_wait = 0.0
+        self.inner = 0.0  # time its instances spent inside their inputs and sub-pipelines
         self.busy = 0.0  # its own work (exclusive of its inputs)
         self.spans: deque[tuple[float, float, int]] = deque(maxlen=SPANS_MAX)
         self.s0 = self.s1 = self.sbusy = 0.0  # the span being merged: start, end, busy
@@ -92,9 +90,11 @@ class Samples:
         self.last = -1.0
         self.points: deque[tuple[float, int]] = deque(maxlen=SPANS_MAX)
 
-    def add(self, delta: int, _pc: Any = perf_counter) -> None:
+    def add(self, delta: int, t: float | None = None) -> None:
+        """The counter changed by ``delta`` (at ``t``, default now)."""
         self.now += delta
-        t = _pc()
+        if t is None:
+            t = perf_counter()
         if t - self.last >= SAMPLE_EVERY:
             self.last = t
             self.points.append((t, self.now))
@@ -149,7 +149,7 @@ class QueueMeter:
             self.area_items += held * dt
             self.area_nonempty += dt
         self.t_last = now
-        self.meter.q_samples.add(items - held)
+        self.meter.q_samples.add(items - held, now)
         self.held = items
         if items:
             f = items * self.inv_items
@@ -270,19 +270,8 @@ class StageMeter:
         """A free lane for a new instance: ``prefer`` (its reader's) if free, else the lowest."""
         return _take(self.lanes, prefer)
 
-    def inner(self, lane: int) -> float:
-        """Time spent so far in the inputs of the instance on ``lane`` and in sub-pipelines."""
-        t = 0.0
-        for i in self.inputs:
-            if lane < len(i.lanes):
-                ln = i.lanes[lane]
-                t += ln.t_read_wait if i.task else ln.t_next
-        for c in self.children:
-            t += c.waited_on()
-        return t
-
     def worker_done(self, worker: Any, end: float, seconds: float) -> None:
-        """A process worker computed for ``seconds`` until ``end`` (a batch of calls)."""
+        """A process worker (its pid) computed for ``seconds`` until ``end`` (a batch)."""
         ln = self.workers.get(worker)
         if ln is None:
             ln = self.workers[worker] = Lane(len(self.workers))

@@ -65,7 +65,7 @@ def plot_stats(stats: RunStats, path: str | os.PathLike[str]) -> None:
             tick.set_color(_COLORS["busy"])
     ax.invert_yaxis()  # sources at the top, as in the table
     ax.set_xlim(0, span * 1.75)  # room for the notes after the bars
-    ax.set_xlabel("seconds")
+    ax.set_xlabel("seconds (per instance, for a stage run as several at once)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     fig.legend(loc="outside lower center", ncols=4, fontsize=8, frameon=False)

@@ -306,7 +306,7 @@ class ProcessPool:
             task.timer.cancel()
         buffers = _worker.open_shm(shm, sizes) if shm else None
         if self.meter is not None:  # time computing, not time queued behind a batch
-            self.meter.worker_done(w, perf_counter(), seconds)
+            self.meter.worker_done(w.proc.pid, perf_counter(), seconds)
         per_item = seconds / task.n
         s = self.item_seconds
         self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item

@@ -66,16 +66,22 @@ aclosing = contextlib.aclosing
 METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
 
 
+LaneCell = list[Lane | None]  # an instance's lane, once it runs (see _meters)
+
+
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
 
-    __slots__ = ("meter", "node", "open_index", "run")
+    __slots__ = ("lane", "meter", "node", "open_index", "run")
 
-    def __init__(self, run: Run, node: Node, meter: StageMeter, open_index: int) -> None:
+    def __init__(
+        self, run: Run, node: Node, meter: StageMeter, open_index: int, lane: LaneCell
+    ) -> None:
         self.run = run
         self.node = node
         self.meter = meter
         self.open_index = open_index  # how many times this node was opened before, ever
+        self.lane = lane  # this instance's lane, once it runs: sub-pipelines report to it
 
     @property
     def name(self) -> str:
@@ -83,13 +89,20 @@ class Ctx:
 
     def open(self, pipeline: Pipeline[Any]) -> ChunkIter:
         """Open a sub-pipeline (from flat_map, interleave, ...) inside this run."""
-        gen = self.run.open(pipeline, parent=self.meter)
+        gen = self.run.open(pipeline, parent=self.meter, reader=self.lane, same_lane=False)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
     def open_task(self, pipeline: Pipeline[Any], *, chunks: int = CHANNEL_CHUNKS) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
-        gen = self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+        gen = self.run.open(
+            pipeline,
+            parent=self.meter,
+            boundary=True,
+            chunks=chunks,
+            reader=self.lane,
+            same_lane=False,
+        )
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
@@ -240,26 +253,24 @@ class Channel:
         return chunk
 
 
-LaneCell = list[Lane | None]  # an instance's lane, once it runs (see _meters)
-
-
 async def _metered(
-    gen: ChunkIter, meter: StageMeter, mine: LaneCell, reader: LaneCell | None
+    gen: ChunkIter, meter: StageMeter, mine: LaneCell, reader: LaneCell | None, same: bool
 ) -> ChunkIter:
     """Counts a stage's output and the time spent producing it (inclusive of fused input),
     and its own busy time (exclusive of its inputs) on the lane of this instance."""
     pc = perf_counter
     nxt = gen.__anext__
-    ln = mine[0] = meter.take_lane(_index(reader))
+    up = reader[0] if reader is not None else None
+    ln = mine[0] = meter.take_lane(up.index if up is not None and same else None)
     try:
         while True:
-            t0, c0 = pc(), meter.inner(ln.index)
+            t0, c0 = pc(), ln.inner
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
                 return
             finally:
-                _timed(meter, ln, t0, c0, pc())
+                _timed(meter, ln, up, t0, c0, pc())
             meter.items_out += len(chunk)
             meter.chunks_out += 1
             yield chunk
@@ -268,17 +279,14 @@ async def _metered(
         await gen.aclose()
 
 
-def _index(cell: LaneCell | None) -> int | None:
-    lane = cell[0] if cell is not None else None
-    return lane.index if lane is not None else None
-
-
-def _timed(meter: StageMeter, ln: Lane, t0: float, c0: float, t1: float) -> None:
-    """One chunk took [t0, t1], of which its inputs took ``meter.inner`` minus ``c0``."""
+def _timed(meter: StageMeter, ln: Lane, up: Lane | None, t0: float, c0: float, t1: float) -> None:
+    """A chunk took [t0, t1], of which its inputs took ``ln.inner - c0``; that is time
+    inside an input for ``up``, the lane of the instance reading this one."""
     dt = t1 - t0
     meter.t_next += dt
-    ln.t_next += dt
-    own = dt - (meter.inner(ln.index) - c0)
+    if up is not None:
+        up.inner += dt
+    own = dt - (ln.inner - c0)
     ln.work(t1, own if own > 0.0 else 0.0)
 
 
@@ -381,10 +389,13 @@ class Run:
         boundary: bool = False,
         chunks: int | None = None,
         reader: LaneCell | None = None,
+        same_lane: bool = True,
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller.
 
-        ``reader``: the lane of the instance that reads it (its inputs run on the same one).
+        ``reader``: the lane of the instance that reads it, which its time is taken from;
+        ``same_lane``: an input runs on its reader's lane index (a sub-pipeline: the
+        lowest free one).
         """
         node = pipeline._node
         mine: LaneCell = [None]
@@ -397,9 +408,9 @@ class Run:
                 chunks if chunks is not None else node.chunks,
                 node.items,
                 node.grow_to,
-                (mine, reader),
+                (mine, reader, same_lane),
             )
-        return _metered(gen, meter, mine, reader) if METER else gen
+        return _metered(gen, meter, mine, reader, same_lane) if METER else gen
 
     def _build(
         self, node: Node, parent: StageMeter | None, mine: LaneCell
@@ -411,7 +422,7 @@ class Run:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
                 meter.inputs.append(m)
-        ctx = Ctx(self, node, meter, self._open_index(node))
+        ctx = Ctx(self, node, meter, self._open_index(node), mine)
         return node.build(ctx, openers), meter
 
     def _open_index(self, node: Node) -> int:
@@ -440,15 +451,16 @@ class Run:
         max_chunks: int,
         max_items: int,
         grow_to: int,
-        lanes: tuple[LaneCell, LaneCell | None],
+        lanes: tuple[LaneCell, LaneCell | None, bool],
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
         meter.channel = chan
-        ln = None
+        ln = up = None
         if METER:
             chan.attach(meter)
-            mine, reader = lanes
-            ln = mine[0] = meter.take_lane(_index(reader))
+            mine, reader, same = lanes
+            up = reader[0] if reader is not None else None
+            ln = mine[0] = meter.take_lane(up.index if up is not None and same else None)
         task = self.start(_pump(gen, chan, meter, METER, ln), meter.name)
         pc = perf_counter
         seen_waits = 0
@@ -466,8 +478,8 @@ class Run:
                     chunk = await chan.get()
                     dt = pc() - t0
                     meter.t_read_wait += dt
-                    if ln is not None:
-                        ln.t_read_wait += dt
+                    if up is not None:
+                        up.inner += dt
                 if chunk is None:
                     return
                 yield chunk
@@ -587,14 +599,14 @@ async def _pump(
         ln = Lane(0)  # (a lane nobody reads: the hop to the consumer)
     try:
         while True:
-            t0, c0 = pc(), meter.inner(ln.index) if metered else 0.0
+            t0, c0 = pc(), ln.inner
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
                 break
             finally:
                 if metered:
-                    _timed(meter, ln, t0, c0, pc())
+                    _timed(meter, ln, None, t0, c0, pc())
             if metered:
                 meter.items_out += len(chunk)
                 meter.chunks_out += 1

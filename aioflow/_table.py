@@ -18,8 +18,9 @@ __all__ = ["notes", "table", "table_html"]
 
 HEAD = ("stage", "in", "out", "busy", "wait in", "wait out", "inst", "queue", "conc", "skip")
 LEGEND = (
-    "(seconds, and share of wall per instance; inst: xinstances at once, busiest's busy"
-    " share; queue: mean/peak fill of the output channel; conc: calls in flight/limit)"
+    "(seconds, and share of wall per instance; inst: xN instances at once, the busiest"
+    " one's busy share;\n queue: mean/peak fill of the output channel; conc: calls in"
+    " flight/limit)"
 )
 
 
