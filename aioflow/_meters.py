@@ -149,7 +149,11 @@ class QueueMeter:
             self.area_items += held * dt
             self.area_nonempty += dt
         self.t_last = now
-        self.meter.q_samples.add(items - held, now)
+        qs = self.meter.q_samples  # (Samples.add, inlined: this runs per chunk)
+        qs.now += items - held
+        if now - qs.last >= SAMPLE_EVERY:
+            qs.last = now
+            qs.points.append((now, qs.now))
         self.held = items
         if items:
             f = items * self.inv_items

@@ -270,24 +270,21 @@ async def _metered(
             except StopAsyncIteration:
                 return
             finally:
-                _timed(meter, ln, up, t0, c0, pc())
+                # (inlined: this runs per chunk) own time = all of it minus its inputs'
+                t1 = pc()
+                dt = t1 - t0
+                meter.t_next += dt
+                if up is not None:  # time inside an input, for the instance reading this one
+                    up.inner += dt
+                own = dt - (ln.inner - c0)
+                if own > 0.0:
+                    ln.work(t1, own)
             meter.items_out += len(chunk)
             meter.chunks_out += 1
             yield chunk
     finally:
         ln.in_use = False
         await gen.aclose()
-
-
-def _timed(meter: StageMeter, ln: Lane, up: Lane | None, t0: float, c0: float, t1: float) -> None:
-    """A chunk took [t0, t1], of which its inputs took ``ln.inner - c0``; that is time
-    inside an input for ``up``, the lane of the instance reading this one."""
-    dt = t1 - t0
-    meter.t_next += dt
-    if up is not None:
-        up.inner += dt
-    own = dt - (ln.inner - c0)
-    ln.work(t1, own if own > 0.0 else 0.0)
 
 
 async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
@@ -605,8 +602,13 @@ async def _pump(
             except StopAsyncIteration:
                 break
             finally:
-                if metered:
-                    _timed(meter, ln, None, t0, c0, pc())
+                if metered:  # (as in _metered)
+                    t1 = pc()
+                    dt = t1 - t0
+                    meter.t_next += dt
+                    own = dt - (ln.inner - c0)
+                    if own > 0.0:
+                        ln.work(t1, own)
             if metered:
                 meter.items_out += len(chunk)
                 meter.chunks_out += 1

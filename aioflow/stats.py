@@ -363,7 +363,9 @@ class RunStats:
         (per instance, per process worker, per call slot) with its busy spans, counters
         for each stage's output queue (items held) and calls in flight, and a track of
         the consumer's waits for items. Spans of fast stages are merged (see
-        ``aioflow._meters``), so their busy seconds still add up to the table's.
+        ``aioflow._meters``), so their busy seconds still add up to the table's. The
+        stats of a run still going draw its timeline as far as it has got when ``trace``
+        is called; the last 100,000 spans of each track are kept.
 
         Example:
             >>> import json, os, tempfile, aioflow as af
