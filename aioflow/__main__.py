@@ -94,7 +94,7 @@ def _bench(args: argparse.Namespace) -> int:
     first = "-" if r.first_item_s is None else f"{r.first_item_s:.3f} s"
     print(
         f"{r.items:,} {r.unit} in {r.seconds:.3f} s: {r.items_per_s:,.1f} {r.unit}/s"
-        f" (first item after {first})"
+        f" (first {r.one} after {first})"
     )
     if args.plot:
         r.stats.plot(args.plot)

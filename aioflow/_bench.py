@@ -44,12 +44,17 @@ class BenchResult:
     stats: RunStats
     unit: str = "items"
 
+    @property
+    def one(self) -> str:
+        """One of ``unit``: ``"item"`` or ``"batch"``."""
+        return "batch" if self.unit == "batches" else "item"
+
     def __str__(self) -> str:
-        first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
+        first = f"no {self.one}" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
         u = self.unit
         head = (
             f"{self.items:,} {u} in {self.seconds:.3f} s: {self.items_per_s:,.1f} {u}/s"
-            f" (first item after {first}"
+            f" (first {self.one} after {first}"
             + (f"; {self.warmup:,} warm-up {u} not timed)" if self.warmup else ")")
         )
         return f"{head}\n{self.stats}"
@@ -60,7 +65,7 @@ class BenchResult:
         first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
         return (
             f"<p><b>{self.items_per_s:,.1f} {self.unit}/s</b>: {self.items:,} {self.unit} in"
-            f" {self.seconds:.3f} s (first item after {html.escape(first)})</p>"
+            f" {self.seconds:.3f} s (first {self.one} after {html.escape(first)})</p>"
             + self.stats._repr_html_()
         )
 

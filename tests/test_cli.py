@@ -55,7 +55,7 @@ def test_bench_of_a_function_in_a_dotted_module_prints_the_table_and_rate(tmp_pa
     assert "bottleneck: map(slow): busy" in out
     last = out.strip().splitlines()[-1]
     # the pipeline ends in batch(8): what it yields, and counts, are batches
-    assert last.startswith("50 batches in ") and "batches/s" in last and "first item after" in last
+    assert last.startswith("50 batches in ") and "batches/s" in last and "first batch after" in last
     assert r.stderr == ""
 
 
