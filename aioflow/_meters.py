@@ -11,13 +11,14 @@ A stage of a sub-pipeline (the readers of an ``interleave``, the partitions of a
 that never overlap in time. The workers of a process pool and the call slots of a
 concurrent map are lanes too. A lane keeps its own busy time, and its busy spans for the
 timeline (``RunStats.trace``): work closer than ``SPAN_WINDOW`` to the start of the
-span before is merged into it (at most ~1,000 spans a second per lane; the last
-``SPANS_MAX`` are kept), so the trace stays cheap for fast stages.
+span before is merged into it (at most ~1,000 spans a second per lane), and a lane keeps
+its latest ``SPANS_MAX`` spans or fewer, as flat arrays of doubles (24 bytes a span), so
+the trace stays cheap in time and memory for fast stages and long runs.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from time import perf_counter
 from typing import Any
 
@@ -25,8 +26,8 @@ __all__ = ["Lane", "QueueMeter", "StageMeter"]
 
 #: Busy time closer than this to the start of the current span is merged into it (s).
 SPAN_WINDOW = 1e-3
-#: Spans (and counter samples) kept per lane (per stage), the latest ones.
-SPANS_MAX = 100_000
+#: Spans (and counter samples) kept per lane (per stage): the latest ones, at least half.
+SPANS_MAX = 20_000
 #: Counters (queue fill, calls in flight) are sampled at most this often (s).
 SAMPLE_EVERY = 1e-3
 
@@ -51,7 +52,7 @@ class Lane:
         self.in_use = False
         self.inner = 0.0  # time its instances spent inside their inputs and sub-pipelines
         self.busy = 0.0  # its own work (exclusive of its inputs)
-        self.spans: deque[tuple[float, float, int]] = deque(maxlen=SPANS_MAX)
+        self.spans = array("d")  # (start, duration, pieces) per span, flat
         self.s0 = self.s1 = self.sbusy = 0.0  # the span being merged: start, end, busy
         self.sn = 0  # pieces of work merged into it
 
@@ -69,7 +70,7 @@ class Lane:
             self.sn += 1
             return
         if self.sn:
-            self.spans.append(self.span())
+            _keep(self.spans, (self.s1 - self.sbusy, self.sbusy, self.sn), 3)
         self.s0, self.s1, self.sbusy, self.sn = start, end, busy, 1
 
     def span(self) -> tuple[float, float, int]:
@@ -77,7 +78,17 @@ class Lane:
         return (self.s1 - self.sbusy, self.sbusy, self.sn)
 
     def all_spans(self) -> list[tuple[float, float, int]]:
-        return [*self.spans, self.span()] if self.sn else list(self.spans)
+        """Every span kept, the one being merged last (safe while another thread adds)."""
+        a = self.spans[:]  # (one call: a consistent copy)
+        out = [(a[i], a[i + 1], int(a[i + 2])) for i in range(0, len(a) - 2, 3)]
+        return [*out, self.span()] if self.sn else out
+
+
+def _keep(a: array[float], values: tuple[float, ...], width: int) -> None:
+    """Append ``values`` to ``a``; past ``SPANS_MAX`` records, drop the older half."""
+    if len(a) >= SPANS_MAX * width:
+        del a[: (SPANS_MAX // 2) * width]
+    a.extend(values)
 
 
 class Samples:
@@ -88,7 +99,12 @@ class Samples:
     def __init__(self) -> None:
         self.now = 0
         self.last = -1.0
-        self.points: deque[tuple[float, int]] = deque(maxlen=SPANS_MAX)
+        self.points = array("d")  # (time, value) per sample, flat
+
+    def all_points(self) -> list[tuple[float, int]]:
+        """Every sample kept (safe while another thread adds)."""
+        a = self.points[:]
+        return [(a[i], int(a[i + 1])) for i in range(0, len(a) - 1, 2)]
 
     def add(self, delta: int, t: float | None = None) -> None:
         """The counter changed by ``delta`` (at ``t``, default now)."""
@@ -97,7 +113,7 @@ class Samples:
             t = perf_counter()
         if t - self.last >= SAMPLE_EVERY:
             self.last = t
-            self.points.append((t, self.now))
+            _keep(self.points, (t, self.now), 2)
 
 
 class QueueMeter:
@@ -153,7 +169,7 @@ class QueueMeter:
         qs.now += items - held
         if now - qs.last >= SAMPLE_EVERY:
             qs.last = now
-            qs.points.append((now, qs.now))
+            _keep(qs.points, (now, qs.now), 2)
         self.held = items
         if items:
             f = items * self.inv_items

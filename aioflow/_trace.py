@@ -25,16 +25,6 @@ __all__ = ["trace_events", "write_trace"]
 PID = 1
 
 
-def _copy(get: Any) -> list[Any]:
-    """A list of a deque that the run's thread may be appending to meanwhile."""
-    for _ in range(100):
-        try:
-            return list(get())
-        except RuntimeError:  # mutated during iteration: try again
-            continue
-    return []
-
-
 def _tracks(name: str, m: StageMeter) -> list[tuple[str, Lane]]:
     """The tracks of one stage: its workers or call slots, or its instances."""
     if m.concurrency:
@@ -71,7 +61,7 @@ def trace_events(stats: RunStats) -> list[dict[str, Any]]:
         events.append(
             {"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": order}
         )
-        for start, dur, n in _copy(ln.all_spans):
+        for start, dur, n in ln.all_spans():
             ev: dict[str, Any] = {
                 "ph": "X",
                 "pid": PID,
@@ -91,7 +81,7 @@ def trace_events(stats: RunStats) -> list[dict[str, Any]]:
 
 def _counter(name: str, key: str, c: Samples, us: Any, until: float) -> list[dict[str, Any]]:
     """A counter's samples (at most one a millisecond), and its value at the end."""
-    points = [*_copy(lambda: c.points), (until, c.now)] if c.points else []
+    points = [*c.all_points(), (until, c.now)] if c.points else []
     return [{"ph": "C", "pid": PID, "name": name, "ts": us(t), "args": {key: v}} for t, v in points]
 
 

@@ -9,6 +9,8 @@ from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 import aioflow as af
 from aioflow import _meters
 
@@ -134,3 +136,15 @@ async def test_an_async_consumer_s_waits_are_traced(tmp_path):
     path = it.stats().trace(tmp_path / "a.json")
     events = json.loads(path.read_text())["traceEvents"]
     assert spans_by_track(events)["consumer"]
+
+
+def test_a_lane_keeps_its_latest_spans_within_a_bound(monkeypatch):
+    monkeypatch.setattr(_meters, "SPANS_MAX", 10)
+    lane = _meters.Lane(0)
+    for i in range(100):  # 100 pieces of 1 ms, 10 ms apart: none merged
+        lane.work(i * 0.01 + 0.001, 0.001)
+    spans = lane.all_spans()
+    assert 5 <= len(spans) <= 11
+    assert spans[-1][0] == pytest.approx(0.99) and spans[-1][1] == pytest.approx(0.001)
+    assert [s[0] for s in spans] == sorted(s[0] for s in spans)
+    assert lane.busy == pytest.approx(0.1)  # the busy time is kept whole
