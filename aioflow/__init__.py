@@ -15,6 +15,7 @@ from .batching import default_collate
 from .combine import concat, zip
 from .errors import (
     AioflowError,
+    LateItem,
     NextTimeout,
     PipelineError,
     StageError,
@@ -65,6 +66,7 @@ __all__ = [
     "AsyncPipelineIterator",
     "BadInput",
     "BenchResult",
+    "LateItem",
     "NextTimeout",
     "Pipeline",
     "PipelineError",

@@ -1,9 +1,10 @@
-"""Command line: ``python -m aioflow demo`` and ``python -m aioflow bench MODULE:ATTR``.
+"""Command line: python -m aioflow demo, and python -m aioflow bench MODULE:ATTR.
 
 ``bench`` loads a Pipeline, or a function returning one, from ``MODULE:ATTR`` (MODULE is
 a dotted module importable from the current directory, or the path of a ``.py`` file;
 ATTR may be dotted), runs it with ``af.bench`` and prints items/s, time to first item and
-the per-stage stats table. ``demo`` runs a realistic pipeline over a dataset it writes.
+the per-stage stats table; ``--plot`` draws the stats, ``--trace`` writes the run as a
+timeline (``RunStats.trace``). ``demo`` runs a realistic pipeline over a dataset it writes.
 """
 
 from __future__ import annotations
@@ -92,12 +93,15 @@ def _bench(args: argparse.Namespace) -> int:
     print(r.stats)
     first = "-" if r.first_item_s is None else f"{r.first_item_s:.3f} s"
     print(
-        f"{r.items:,} items in {r.seconds:.3f} s: {r.items_per_s:,.1f} items/s"
-        f" (first item after {first})"
+        f"{r.items:,} {r.unit} in {r.seconds:.3f} s: {r.items_per_s:,.1f} {r.unit}/s"
+        f" (first {r.one} after {first})"
     )
     if args.plot:
         r.stats.plot(args.plot)
         print(f"wrote {args.plot}")
+    if args.trace:
+        r.stats.trace(args.trace)
+        print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
@@ -115,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--workers", type=int, default=2, help="decoding processes (default 2)")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.add_argument("--plot", metavar="FILE", help="draw where each stage spends its time (PNG)")
+    d.add_argument("--trace", metavar="FILE", help="write the run as a timeline (trace JSON)")
     b = sub.add_parser(
         "bench",
         help="measure how fast a pipeline runs",
@@ -122,11 +127,16 @@ def main(argv: list[str] | None = None) -> int:
         " time to first item and the per-stage stats.",
     )
     b.add_argument("target", metavar="MODULE:ATTR", help="e.g. mypkg.data:train or train.py:p")
-    b.add_argument("--items", type=int, default=None, help="stop after N items")
+    b.add_argument(
+        "--items", type=int, default=None, help="stop after N items (batches, if it yields batches)"
+    )
     b.add_argument("--seconds", type=float, default=None, help="stop after S seconds")
-    b.add_argument("--warmup", type=int, default=0, help="items to read before timing")
+    b.add_argument("--warmup", type=int, default=0, help="items (or batches) to read before timing")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--plot", metavar="FILE", help="draw where each stage spends its time (PNG)")
+    b.add_argument(
+        "--trace", metavar="FILE", help="write the run as a timeline: Chrome trace JSON (Perfetto)"
+    )
     args = ap.parse_args(argv)
     from .errors import PipelineError
 
@@ -144,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 workers=args.workers,
                 progress=not args.no_progress,
                 plot=args.plot,
+                trace=args.trace,
             )
         return _bench(args)
     except (UsageError, PipelineError) as e:

@@ -19,7 +19,7 @@ from .errors import PipelineError
 from .pipeline import INFINITE, Pipeline
 from .stats import RunStats
 
-__all__ = ["BenchResult", "bench"]
+__all__ = ["BenchResult", "bench", "unit_of"]
 
 # Read this long between two looks at the clock and the progress bar.
 _STEP_SECONDS = 0.05
@@ -31,7 +31,9 @@ class BenchResult:
 
     ``items`` were read in ``seconds`` after the warm-up (``items_per_s`` is their ratio);
     ``first_item_s`` is the time from the start of the run to its first item (warm-up
-    included); ``stats`` are the whole run's per-stage stats.
+    included); ``stats`` are the whole run's per-stage stats; ``unit`` names what an item
+    is: ``"batches"`` when the pipeline ends in a batching stage (``unit_of``), else
+    ``"items"``.
     """
 
     items: int
@@ -40,13 +42,20 @@ class BenchResult:
     first_item_s: float | None
     warmup: int
     stats: RunStats
+    unit: str = "items"
+
+    @property
+    def one(self) -> str:
+        """One of ``unit``: ``"item"`` or ``"batch"``."""
+        return "batch" if self.unit == "batches" else "item"
 
     def __str__(self) -> str:
-        first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
+        first = f"no {self.one}" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
+        u = self.unit
         head = (
-            f"{self.items:,} items in {self.seconds:.3f} s: {self.items_per_s:,.1f} items/s"
-            f" (first item after {first}"
-            + (f"; {self.warmup:,} warm-up items not timed)" if self.warmup else ")")
+            f"{self.items:,} {u} in {self.seconds:.3f} s: {self.items_per_s:,.1f} {u}/s"
+            f" (first {self.one} after {first}"
+            + (f"; {self.warmup:,} warm-up {u} not timed)" if self.warmup else ")")
         )
         return f"{head}\n{self.stats}"
 
@@ -55,10 +64,33 @@ class BenchResult:
 
         first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
         return (
-            f"<p><b>{self.items_per_s:,.1f} items/s</b>: {self.items:,} items in"
-            f" {self.seconds:.3f} s (first item after {html.escape(first)})</p>"
+            f"<p><b>{self.items_per_s:,.1f} {self.unit}/s</b>: {self.items:,} {self.unit} in"
+            f" {self.seconds:.3f} s (first {self.one} after {html.escape(first)})</p>"
             + self.stats._repr_html_()
         )
+
+
+# stages after which an item of the output is still one of the stage before's
+_SAME_UNIT: tuple[str, ...] = ("prefetch", "take", "skip", "repeat", "shard", "cache")
+_SAME_UNIT += ("shuffle(", "map(", "filter(", "enumerate")
+_BATCHES = ("batch(", "padded_batch(", "rebatch(", "bucket_by_length")
+
+
+def unit_of(p: Pipeline[Any]) -> str:
+    """``"batches"`` when ``p`` yields batches (it ends in a batching stage), else ``"items"``.
+
+    Stages that keep the unit (``prefetch``, ``map``, ``take``, ...) after the batching
+    stage do not change it; ``unbatch`` and every other stage make it ``"items"``.
+
+    Example:
+        >>> import aioflow as af
+        >>> unit_of(af.range(8).batch(4).map(len).prefetch(2)), unit_of(af.range(8))
+        ('batches', 'items')
+    """
+    node = p._node
+    while node.name.startswith(_SAME_UNIT) and len(node.inputs) == 1:
+        node = node.inputs[0]._node
+    return "batches" if node.name.startswith(_BATCHES) else "items"
 
 
 def _check_limit(name: str, v: Any, kind: type | tuple[type, ...]) -> None:
@@ -104,7 +136,14 @@ def bench(
     total = num_items
     if total is None and seconds is None and p.cardinality() >= 0:
         total = max(0, p.cardinality() - warmup)
-    bar = tqdm(total=total, unit="it", disable=not progress, desc="bench", smoothing=0.1)
+    unit = unit_of(p)
+    bar = tqdm(
+        total=total,
+        unit="batch" if unit == "batches" else "it",
+        disable=not progress,
+        desc="bench",
+        smoothing=0.1,
+    )
     first: float | None = None
     count = 0
     with bar, p.iter() as it:
@@ -160,4 +199,5 @@ def bench(
         first_item_s=first,
         warmup=min(warmup, consumed),
         stats=stats,
+        unit=unit,
     )

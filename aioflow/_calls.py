@@ -467,6 +467,7 @@ async def concurrent_map(
     def launch(arg: Any, pos: int) -> None:
         fut: asyncio.Future[Any]
         t0 = perf_counter()
+        slot = meter.call_started()
 
         def done(f: asyncio.Future[Any]) -> None:
             inflight.discard(f)
@@ -474,8 +475,8 @@ async def concurrent_map(
             if climber is not None:
                 climber.done()
                 meter.concurrency = running.limit
-            if not batched:  # the stage's busy time (aioflow.stats); batches add their own
-                meter.t_calls += perf_counter() - t0
+            # the stage's busy time (aioflow.stats); a pool adds its workers' own
+            meter.call_done(slot, t0, perf_counter(), busy=not batched)
 
         try:
             fut = asyncio.ensure_future(calls.start(arg, pos))

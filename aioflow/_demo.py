@@ -113,9 +113,14 @@ def small_pipeline() -> af.Pipeline[Any]:
 
 
 def run_demo(
-    items: int = 2000, workers: int = 2, progress: bool = True, plot: str | None = None
+    items: int = 2000,
+    workers: int = 2,
+    progress: bool = True,
+    plot: str | None = None,
+    trace: str | None = None,
 ) -> int:
-    """Write a dataset, run the demo pipeline over it once, print the stats table and rate."""
+    """Write a dataset, run the demo pipeline over it once, print the stats table and rate;
+    ``plot``/``trace``: also draw the stats (PNG) / write the run's timeline (trace JSON)."""
     from tqdm import tqdm
 
     with tempfile.TemporaryDirectory(prefix="aioflow-demo-") as root:
@@ -144,4 +149,7 @@ def run_demo(
         if plot:
             stats.plot(plot)
             print(f"wrote {plot}")
+        if trace:
+            stats.trace(trace)
+            print(f"wrote {trace} (open it in ui.perfetto.dev or chrome://tracing)")
     return 0

@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from time import monotonic
+from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, Channel, Chunk, Run
@@ -29,6 +29,7 @@ from .errors import NextTimeout
 from .stats import RunStats
 
 if TYPE_CHECKING:
+    from ._meters import Lane
     from .pipeline import Pipeline
 
 T = TypeVar("T")
@@ -271,6 +272,7 @@ class ThreadChannel:
         self._space = asyncio.Event()
         self._waiting = False
         self.max_chunks = max_chunks
+        self.waits: Lane | None = None  # the run's record of the consumer's waits
 
     def full_for(self, chunk: Chunk) -> bool:
         return len(self._q) >= self.max_chunks
@@ -305,6 +307,7 @@ class ThreadChannel:
         with self._cond:
             if not self._q:
                 deadline = None if timeout is None else monotonic() + timeout
+                t0 = perf_counter()
                 while not self._q:
                     if self._closed:
                         if self._exc is not None:
@@ -318,6 +321,9 @@ class ThreadChannel:
                         timed_out = left <= 0 or not self._cond.wait(left)
                         if timed_out and not self._q and not self._closed:
                             raise NextTimeout(f"no item within {timeout} s")
+                if self.waits is not None:
+                    t1 = perf_counter()
+                    self.waits.work(t1, t1 - t0)
             chunks = list(self._q)
             self._q.clear()
             wake, self._waiting = self._waiting, False

@@ -37,7 +37,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from time import monotonic
+from time import monotonic, perf_counter
 from types import ModuleType
 from typing import Any
 
@@ -306,7 +306,7 @@ class ProcessPool:
             task.timer.cancel()
         buffers = _worker.open_shm(shm, sizes) if shm else None
         if self.meter is not None:  # time computing, not time queued behind a batch
-            self.meter.t_calls += seconds
+            self.meter.worker_done(w.proc.pid, perf_counter(), seconds)
         per_item = seconds / task.n
         s = self.item_seconds
         self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item

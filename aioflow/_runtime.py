@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from ._meters import QueueMeter, StageMeter
+from ._meters import Lane, QueueMeter, StageMeter
 from ._threads import DaemonPool
 from .errors import control_flow_error
 from .stats import RunStats
@@ -72,16 +72,22 @@ aclosing = contextlib.aclosing
 METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
 
 
+LaneCell = list[Lane | None]  # an instance's lane, once it runs (see _meters)
+
+
 class Ctx:
     """What a node's build function gets: its run, its meter, and how to open pipelines."""
 
-    __slots__ = ("hook", "meter", "no", "node", "open_index", "resume", "run")
+    __slots__ = ("hook", "lane", "meter", "no", "node", "open_index", "resume", "run")
 
-    def __init__(self, run: Run, node: Node, meter: StageMeter, open_index: int) -> None:
+    def __init__(
+        self, run: Run, node: Node, meter: StageMeter, open_index: int, lane: LaneCell
+    ) -> None:
         self.run = run
         self.node = node
         self.meter = meter
         self.open_index = open_index  # how many times this node was opened before, ever
+        self.lane = lane  # this instance's lane, once it runs: sub-pipelines report to it
         # resuming (see _state.py): the node's number in the graph when this is its first
         # opening in the run, and the state it saved, to start from (None: from the start)
         self.no: int | None = run.node_index.get(id(node))
@@ -116,7 +122,7 @@ class Ctx:
         stage's ``seeker`` (see ``_state.py``).
         """
         self.run.sub_resume = (resume, hook) if resume is not None or hook else None
-        gen = self.run.open(pipeline, parent=self.meter)
+        gen = self.run.open(pipeline, parent=self.meter, reader=self.lane, same_lane=False)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
@@ -130,7 +136,14 @@ class Ctx:
     ) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
         self.run.sub_resume = (resume, hook) if resume is not None or hook else None
-        gen = self.run.open(pipeline, parent=self.meter, boundary=True, chunks=chunks)
+        gen = self.run.open(
+            pipeline,
+            parent=self.meter,
+            boundary=True,
+            chunks=chunks,
+            reader=self.lane,
+            same_lane=False,
+        )
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
@@ -186,6 +199,7 @@ class Channel:
         "max_items",
         "put_waits",
         "qm",
+        "waits",
     )
 
     def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
@@ -199,6 +213,7 @@ class Channel:
         self.max_items = max(1, max_items)
         self.put_waits = 0  # how often a put found the channel full
         self.qm: QueueMeter | None = None
+        self.waits: Lane | None = None  # the consumer's channel: its reader's waits
 
     def attach(self, meter: StageMeter) -> None:
         """Report this channel's occupancy to ``meter`` (the stage that fills it)."""
@@ -267,10 +282,14 @@ class Channel:
                     raise self._exc
                 return None
             fut = self._getter = asyncio.get_running_loop().create_future()
+            t0 = perf_counter()
             try:
                 await fut
             finally:
                 self._getter = None
+                if self.waits is not None:
+                    t1 = perf_counter()
+                    self.waits.work(t1, t1 - t0)
         chunk = self._q.popleft()
         self._n -= len(chunk)
         if self.qm is not None:
@@ -281,23 +300,37 @@ class Channel:
         return chunk
 
 
-async def _metered(gen: ChunkIter, meter: StageMeter) -> ChunkIter:
-    """Counts a stage's output and the time spent producing it (inclusive of fused input)."""
+async def _metered(
+    gen: ChunkIter, meter: StageMeter, mine: LaneCell, reader: LaneCell | None, same: bool
+) -> ChunkIter:
+    """Counts a stage's output and the time spent producing it (inclusive of fused input),
+    and its own busy time (exclusive of its inputs) on the lane of this instance."""
     pc = perf_counter
     nxt = gen.__anext__
+    up = reader[0] if reader is not None else None
+    ln = mine[0] = meter.take_lane(up.index if up is not None and same else None)
     try:
         while True:
-            t0 = pc()
+            t0, c0 = pc(), ln.inner
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
                 return
             finally:
-                meter.t_next += pc() - t0
+                # (inlined: this runs per chunk) own time = all of it minus its inputs'
+                t1 = pc()
+                dt = t1 - t0
+                meter.t_next += dt
+                if up is not None:  # time inside an input, for the instance reading this one
+                    up.inner += dt
+                own = dt - (ln.inner - c0)
+                if own > 0.0:
+                    ln.work(t1, own)
             meter.items_out += len(chunk)
             meter.chunks_out += 1
             yield chunk
     finally:
+        ln.in_use = False
         await gen.aclose()
 
 
@@ -401,6 +434,7 @@ class Run:
         self.stopping = False
         self.started = perf_counter()
         self.ended: float | None = None  # when it closed: the stats of a finished run stay put
+        self.consumer = Lane(0)  # the consumer's waits for items (for the timeline)
 
     # -- building ---------------------------------------------------------------------
     def meter_for(self, node: Node, parent: StageMeter | None) -> StageMeter:
@@ -418,14 +452,22 @@ class Run:
         parent: StageMeter | None = None,
         boundary: bool = False,
         chunks: int | None = None,
+        reader: LaneCell | None = None,
+        same_lane: bool = True,
     ) -> ChunkIter:
-        """Open a pipeline: its chunks, as an async iterator owned by the caller."""
+        """Open a pipeline: its chunks, as an async iterator owned by the caller.
+
+        ``reader``: the lane of the instance that reads it, which its time is taken from;
+        ``same_lane``: an input runs on its reader's lane index (a sub-pipeline: the
+        lowest free one).
+        """
         node = pipeline._node
         if self._fused >= FUSE_MAX and not (node.task or boundary):
-            return self._split(pipeline, parent)
+            return self._split(pipeline, parent, reader, same_lane)
+        mine: LaneCell = [None]
         self._fused += 1  # opening is recursive: this many stages are being built inside
         try:
-            gen, meter = self._build(node, parent)
+            gen, meter = self._build(node, parent, mine)
         finally:
             self._fused -= 1
         if node.task or boundary:
@@ -436,35 +478,46 @@ class Run:
                 chunks if chunks is not None else node.chunks,
                 node.items,
                 node.grow_to,
+                (mine, reader, same_lane),
             )
-        return _metered(gen, meter) if METER else gen
+        return _metered(gen, meter, mine, reader, same_lane) if METER else gen
 
-    def _split(self, pipeline: Pipeline[Any], parent: StageMeter | None) -> ChunkIter:
+    def _split(
+        self,
+        pipeline: Pipeline[Any],
+        parent: StageMeter | None,
+        reader: LaneCell | None,
+        same_lane: bool,
+    ) -> ChunkIter:
         """The rest of a long chain of fused stages, in a task of its own (a fresh stack).
 
         Fused stages nest: building them, and each chunk's way through them, is as deep
         as the chain is long. Past ``FUSE_MAX`` the chain goes on in a task that builds
         it when first read; this hop is not a stage, and the stats do not show it.
         """
+        hop_lane: LaneCell = [None]
 
         async def rest() -> ChunkIter:
-            gen = self.open(pipeline, parent=parent)
+            gen = self.open(pipeline, parent=parent, reader=hop_lane)
             async with aclosing(gen):
                 async for chunk in gen:
                     yield chunk
 
         hop = StageMeter(f"{pipeline._node.name} (split)", None)
-        return self._reader(rest(), hop, CHANNEL_CHUNKS, CHANNEL_ITEMS)
+        lanes = (hop_lane, reader, same_lane)
+        return self._reader(rest(), hop, CHANNEL_CHUNKS, CHANNEL_ITEMS, 0, lanes)
 
-    def _build(self, node: Node, parent: StageMeter | None) -> tuple[ChunkIter, StageMeter]:
+    def _build(
+        self, node: Node, parent: StageMeter | None, mine: LaneCell
+    ) -> tuple[ChunkIter, StageMeter]:
         """The node's own (unmetered) generator and its meter."""
         meter = self.meter_for(node, parent)
-        openers = tuple(self._opener(q, parent) for q in node.inputs)
+        openers = tuple(self._opener(q, parent, mine) for q in node.inputs)
         for q in node.inputs:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
                 meter.inputs.append(m)
-        ctx = Ctx(self, node, meter, self._open_index(node))
+        ctx = Ctx(self, node, meter, self._open_index(node), mine)
         return node.build(ctx, openers), meter
 
     def _open_index(self, node: Node) -> int:
@@ -487,18 +540,28 @@ class Run:
         idx = self.node_index.get(id(node))
         return idx if idx is not None and self.open_counts.get(idx) == 1 else None
 
-    def _opener(self, q: Pipeline[Any], parent: StageMeter | None) -> Opener:
+    def _opener(self, q: Pipeline[Any], parent: StageMeter | None, reader: LaneCell) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
-        return lambda: self.open(q, parent=parent)
+        return lambda: self.open(q, parent=parent, reader=reader)
 
     async def _reader(
-        self, gen: ChunkIter, meter: StageMeter, max_chunks: int, max_items: int, grow_to: int = 0
+        self,
+        gen: ChunkIter,
+        meter: StageMeter,
+        max_chunks: int,
+        max_items: int,
+        grow_to: int,
+        lanes: tuple[LaneCell, LaneCell | None, bool],
     ) -> ChunkIter:
         chan = Channel(max_chunks, max_items)
         meter.channel = chan
+        ln = up = None
         if METER:
             chan.attach(meter)
-        task = self.start(_pump(gen, chan, meter, METER), meter.name)
+            mine, reader, same = lanes
+            up = reader[0] if reader is not None else None
+            ln = mine[0] = meter.take_lane(up.index if up is not None and same else None)
+        task = self.start(_pump(gen, chan, meter, METER, ln), meter.name)
         pc = perf_counter
         seen_waits = 0
         try:
@@ -513,7 +576,10 @@ class Run:
                         chan.grow(grow_to)
                     t0 = pc()
                     chunk = await chan.get()
-                    meter.t_read_wait += pc() - t0
+                    dt = pc() - t0
+                    meter.t_read_wait += dt
+                    if up is not None:
+                        up.inner += dt
                 if chunk is None:
                     return
                 yield chunk
@@ -521,6 +587,8 @@ class Run:
             task.cancel()
             await _wait_quietly(task)
             chan.detach()
+            if ln is not None:
+                ln.in_use = False
 
     def start(self, coro: Any, name: str = "aioflow") -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
@@ -531,17 +599,21 @@ class Run:
     def start_output(self, pipeline: Pipeline[Any], chan: Any) -> asyncio.Task[Any]:
         """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
         node = pipeline._node
+        if METER:
+            chan.waits = self.consumer  # (a Channel, or the sync adapter's ThreadChannel)
         if node.task:
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's
             hop = StageMeter("output", None)
             return self.start(_pump(self.open(pipeline), chan, hop, False), "output")
-        gen, meter = self._build(node, None)
+        mine: LaneCell = [None]
+        gen, meter = self._build(node, None, mine)
         if isinstance(chan, Channel):
             meter.channel = chan
             if METER:
                 chan.attach(meter)
-        return self.start(_pump(gen, chan, meter, METER), "output")
+        ln = mine[0] = meter.take_lane() if METER else None
+        return self.start(_pump(gen, chan, meter, METER, ln), "output")
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
@@ -610,7 +682,9 @@ class Run:
                 break
             except RuntimeError:  # the run's thread opened a stage meanwhile: try again
                 continue
-        return RunStats.from_meters(meters, until - self.started, until)
+        return RunStats.from_meters(
+            meters, until - self.started, until, timeline=(self.started, self.consumer)
+        )
 
 
 def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
@@ -627,24 +701,33 @@ def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
     return out
 
 
-async def _pump(gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool) -> None:
+async def _pump(
+    gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool, ln: Lane | None = None
+) -> None:
     """Drive a (fused) stage generator and push its chunks into ``chan``.
 
     ``metered``: count the stage's output and time here (as ``_metered`` does for a fused
-    stage), saving a generator layer per chunk.
+    stage, on the instance's lane ``ln``), saving a generator layer per chunk.
     """
     pc = perf_counter
     nxt = gen.__anext__
+    if ln is None:
+        ln = Lane(0)  # (a lane nobody reads: the hop to the consumer)
     try:
         while True:
-            t0 = pc()
+            t0, c0 = pc(), ln.inner
             try:
                 chunk = await nxt()
             except StopAsyncIteration:
                 break
             finally:
-                if metered:
-                    meter.t_next += pc() - t0
+                if metered:  # (as in _metered)
+                    t1 = pc()
+                    dt = t1 - t0
+                    meter.t_next += dt
+                    own = dt - (ln.inner - c0)
+                    if own > 0.0:
+                        ln.work(t1, own)
             if metered:
                 meter.items_out += len(chunk)
                 meter.chunks_out += 1

@@ -12,6 +12,8 @@ The tree::
           │    └── BadInput           a file reader met malformed content: a JSON line that
           │                           does not parse, a truncated .npy/TFRecord/tar, a CRC
           │                           mismatch (also a ``ValueError``)
+          │    └── LateItem           ``sort_by(buffer_size=, on_late="raise")`` met an item
+          │                           later than its buffer allows (also a ``ValueError``)
           ├── StageTimeout            one call of a user function exceeded ``timeout=``
           │                           (also a ``TimeoutError``)
           ├── NextTimeout             ``iter(timeout=)``/``aiter(timeout=)`` waited too long for
@@ -31,6 +33,7 @@ import asyncio
 __all__ = [
     "AioflowError",
     "BadInput",
+    "LateItem",
     "NextTimeout",
     "PipelineError",
     "StageError",
@@ -128,6 +131,41 @@ class BadInput(StageError, ValueError):
         self.path = path
         self.line = line
         self.offset = offset
+
+
+class LateItem(StageError, ValueError):
+    """Raised by ``sort_by(key, buffer_size=n, on_late="raise")`` at the first late item.
+
+    An item is late when its key sorts before a key the stage has already emitted: it
+    arrived more than ``n`` places after its sorted position, so the buffer cannot put it
+    in order. ``key`` is its key, ``last_key`` the largest key emitted before it and
+    ``position`` its position in the stage's input. The items emitted before it come out
+    first. ``on_late="emit"`` (the default) and ``"drop"`` count late items in the stats
+    instead (``StageStats.late``).
+
+    Example:
+        >>> import aioflow as af
+        >>> p = af.from_iterable([1, 2, 3, 0]).sort_by(lambda x: x, buffer_size=1, on_late="raise")
+        >>> try:
+        ...     p.to_list()
+        ... except af.LateItem as e:
+        ...     print(e.key, e.last_key, e.position)
+        0 2 3
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: object = None,
+        last_key: object = None,
+        position: int | None = None,
+        stage: str | None = None,
+    ) -> None:
+        super().__init__(message, stage=stage)
+        self.key = key
+        self.last_key = last_key
+        self.position = position
 
 
 class StageTimeout(AioflowError, TimeoutError):

@@ -13,7 +13,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from itertools import count
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -21,7 +20,7 @@ import numpy as np
 from ._logs import ShuffleLog
 from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
 from ._spill import external_sort, keys_of
-from .errors import PipelineError, annotate, control_flow_error
+from .errors import LateItem, PipelineError, annotate, control_flow_error
 from .sampling import check_seed, epoch_rng
 
 __all__ = [
@@ -127,17 +126,23 @@ class _Desc:
     __hash__ = None  # type: ignore[assignment]
 
 
+LATE_POLICIES = ("emit", "drop", "raise")
+
+
 def build_sort_by(
     key: Callable[[Any], Any],
     buffer_size: int | None,
     reverse: bool,
     max_in_memory: int,
     spill_dir: str | None,
+    on_late: str = "emit",
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     if not callable(key):
         raise PipelineError(f"sort_by needs a callable key, got {key!r}")
     check_size("sort_by buffer_size", buffer_size, none_ok=True)
     check_size("sort_by max_in_memory", max_in_memory)
+    if on_late not in LATE_POLICIES:
+        raise PipelineError(f"sort_by on_late must be 'emit', 'drop' or 'raise', got {on_late!r}")
     if buffer_size is None:
         return lambda ctx, inputs: external_sort(
             inputs[0](), ctx, key, reverse, max_in_memory, spill_dir
@@ -149,8 +154,8 @@ def build_sort_by(
         heap: list[tuple[Any, int, Any]] = []
         seq = count()
         pushpop = partial(heapq.heappushpop, heap)
-        third = itemgetter(2)
         pos = 0
+        last: list[Any] = []  # the largest key emitted so far (the watermark), once there is one
         failure: BaseException | None = None
         async with aclosing(src):
             try:
@@ -167,9 +172,17 @@ def build_sort_by(
                             heapq.heapify(heap)
                         entries = entries[room:]
                     if entries:
-                        yield list(map(third, map(pushpop, entries)))
+                        out, late = _emit(map(pushpop, entries), last, on_late)
+                        if late:
+                            ctx.meter.late += late
+                        if out:
+                            yield out
+                        if late < 0:  # on_late="raise": the first late item
+                            raise _late_item(ctx, last, pos - len(entries), entries)
                     if failure is not None:
                         break
+            except LateItem:
+                raise
             except Exception as e:  # upstream, or keys that do not compare
                 failure = annotate(e, ctx.name, pos)
         # the end, or an error: what is left comes out in order (before the error)
@@ -185,6 +198,54 @@ def build_sort_by(
             raise failure
 
     return lambda ctx, inputs: stream_sort(inputs[0](), ctx)
+
+
+def _emit(popped: Any, last: list[Any], on_late: str) -> tuple[list[Any], int]:
+    """The items of ``popped`` entries to emit, and how many were late (-1: raise).
+
+    An entry is late when its key sorts before ``last[0]``, the largest key emitted so
+    far; ``last`` is updated in place. With ``on_late="raise"`` it stops at the first late
+    entry, which it leaves in ``last[1]``.
+    """
+    out: list[Any] = []
+    emit = out.append
+    late = 0
+    w = last[0] if last else None
+    for e in popped:
+        k = e[0]
+        if w is not None and k < w:
+            if on_late == "raise":
+                last[:] = [w, e]
+                return out, -1
+            late += 1
+            if on_late == "drop":
+                continue
+        else:
+            w = k
+        emit(e[2])
+    if w is not None:
+        last[:] = [w]
+    return out, late
+
+
+def _late_item(ctx: Ctx, last: list[Any], start: int, entries: list[Any]) -> LateItem:
+    """The error for ``on_late="raise"``: ``last`` is [watermark, the late entry]."""
+    w, e = last
+    ctx.meter.late += 1
+
+    def unwrap(k: Any) -> Any:
+        return k.k if isinstance(k, _Desc) else k
+
+    position = start + next(i for i, x in enumerate(entries) if x is e)
+    return LateItem(
+        f"stage {ctx.name!r}: item {position} is late: its key {unwrap(e[0])!r} sorts before"
+        f" {unwrap(w)!r}, already emitted (it arrived more places after its sorted position"
+        " than the buffer holds; raise buffer_size, or use on_late='emit' or 'drop')",
+        key=unwrap(e[0]),
+        last_key=unwrap(w),
+        position=position,
+        stage=ctx.name,
+    )
 
 
 # -- group_by -----------------------------------------------------------------------------
@@ -218,6 +279,7 @@ def build_group_by(
                     if g is None:
                         if len(groups) == most:  # the oldest open group makes room
                             out.append(groups.popitem(last=False))
+                            ctx.meter.evicted += 1
                         g = groups[k] = []
                     g.append(x)
                     if len(g) == full:

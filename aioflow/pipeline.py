@@ -538,13 +538,19 @@ class Pipeline(Generic[T]):
         reverse: bool = False,
         max_in_memory: int = 1_000_000,
         spill_dir: str | None = None,
+        on_late: str = "emit",
     ) -> Pipeline[T]:
         """Sort by ``key(item)``: a streaming sort through a buffer, or a full external sort.
 
         With ``buffer_size`` it is a heap of that many items: the output is exactly
         sorted whenever no item arrives more than ``buffer_size`` places after its
         sorted position (time-stamped events a little out of order), and memory stays
-        the buffer; an error flushes the buffer, in order, before it is raised. Without
+        the buffer; an error flushes the buffer, in order, before it is raised. An item
+        that arrives later than that is *late*: its key sorts before the largest key
+        already emitted (Flink's allowed lateness, counted in items). Late items are
+        counted in the stats (``StageStats.late``) and ``on_late`` decides what happens
+        to them: ``"emit"`` passes them on at once, out of order; ``"drop"`` leaves them
+        out; ``"raise"`` raises ``af.LateItem`` at the first one. Without
         it the whole input is sorted, stably (equal keys keep their input order): up to
         ``max_in_memory`` items in memory, past that in sorted runs pickled to files in a
         temporary directory under ``spill_dir`` (default: the system's), k-way merged
@@ -563,9 +569,9 @@ class Pipeline(Generic[T]):
 
         return self._then(
             "sort_by" if buffer_size is None else f"sort_by({buffer_size})",
-            _o.build_sort_by(key, buffer_size, reverse, max_in_memory, spill_dir),
+            _o.build_sort_by(key, buffer_size, reverse, max_in_memory, spill_dir, on_late),
             holds=max_in_memory if buffer_size is None else buffer_size,
-            key=(key, buffer_size, reverse, max_in_memory),
+            key=(key, buffer_size, reverse, max_in_memory, on_late),
         )
 
     def group_by(
@@ -575,8 +581,9 @@ class Pipeline(Generic[T]):
 
         A group comes out when it has ``size`` items; when a new key arrives while
         ``max_keys`` groups are open, the oldest open group (the one begun first) comes
-        out to make room; at the end the open groups come out in the order they began.
-        Memory: ``size * max_keys`` items when both are given, else unbounded.
+        out to make room (counted in the stats as ``StageStats.evicted``); at the end
+        the open groups come out in the order they began. Memory: ``size * max_keys``
+        items when both are given, else unbounded.
 
         Example:
             >>> import aioflow as af

@@ -17,11 +17,17 @@ How the times are measured (all wall-clock seconds):
 - ``wait_out``: time a stage in a task of its own waited for room in its output channel.
 - ``queue_*``: its output channel, averaged over time: items held and how full it is
   (``queue_fill``: the larger of the chunk and item fractions of its capacity).
+
+A stage of a sub-pipeline that runs as several instances at once (the readers of an
+``interleave``, the partitions of a ``partition_by``) is one row: ``instances`` is how
+many ran at once at most, its seconds are summed over them and the table shows them per
+instance (mean), with the busiest instance's busy share (``busy_max``); the workers of a
+process pool likewise. So no share in the table passes 100%. ``it.stats().trace(path)``
+writes the same run as a timeline (``aioflow._trace``).
 """
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -39,7 +45,12 @@ class StageStats:
     the mean number it had; ``queue_mean``/``queue_peak`` are items in its output channel
     (mean over time, peak) against ``queue_capacity``, ``queue_fill``/``queue_fill_peak``
     how full it was (0..1) and ``queue_nonempty`` the share of time it held an item; all
-    ``None`` where the stage has no channel of its own.
+    ``None`` where the stage has no channel of its own. ``instances`` is how many
+    instances of the stage ran at once at most (the readers of an ``interleave``, the
+    partitions of a ``partition_by``, the workers of a process pool); ``busy_max`` the
+    busy seconds of the busiest one (``None`` for a single instance). ``late`` counts the
+    items a ``sort_by(buffer_size=)`` met later than its buffer allows, ``evicted`` the
+    groups a ``group_by(max_keys=)`` let out early to make room.
     """
 
     name: str
@@ -59,18 +70,39 @@ class StageStats:
     queue_fill_peak: float | None = None
     queue_nonempty: float | None = None
     inputs: tuple[str, ...] = ()
+    instances: int = 1
+    busy_max: float | None = None
+    late: int = 0
+    evicted: int = 0
+
+    @property
+    def per_instance(self) -> int:
+        """What the table divides this row's seconds by: its instances, unless its
+        ``busy`` already is per call slot (a stage with ``concurrency``)."""
+        return 1 if self.concurrency else max(1, self.instances)
+
+    def busy_share(self, wall: float) -> float:
+        """Busy share of the wall time, per instance (mean): 0..1."""
+        return self.busy / self.per_instance / wall if wall > 0 else 0.0
 
 
 def _stage_of(
     m: StageMeter, name: str, inputs: tuple[str, ...], wall: float, until: float
 ) -> StageStats:
-    wait_in = m.wait_in()
+    workers = [ln.busy for ln in m.workers.values()]
+    lanes = [ln.busy for ln in m.lanes]
+    instances = max(1, len(workers) or len(lanes))
     if m.concurrency:
         busy = m.t_calls / m.concurrency
         in_flight: float | None = m.t_calls / wall if wall > 0 else 0.0
+        per = 1
     else:
-        busy = max(0.0, m.t_next - wait_in)
+        busy = sum(lanes)  # each chunk's time minus its inputs', on its instance's lane
         in_flight = None
+        per = instances
+    busy_max = max(workers or lanes) if instances > 1 else None
+    # waits on several inputs (sub-pipelines read ahead) overlap: no more than all the time
+    wait_in = min(m.wait_in(), wall * per)
     q: dict[str, Any] = {}
     if m.q_capacity is not None:
         span, area_fill, area_items = m.q_span, m.q_area, m.q_items_area
@@ -104,6 +136,10 @@ def _stage_of(
         in_flight=in_flight,
         own_task=m.task,
         inputs=inputs,
+        instances=instances,
+        busy_max=busy_max,
+        late=m.late,
+        evicted=m.evicted,
         **q,
     )
 
@@ -175,12 +211,21 @@ class RunStats:
     stages: tuple[StageStats, ...]
     wall: float
     extra: dict[str, Any] = field(default_factory=dict)
+    # what trace() draws: (start of the run, its end, consumer's lane, [(name, meter)])
+    _timeline: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_meters(
-        cls, meters: list[StageMeter], wall: float, until: float | None = None
+        cls,
+        meters: list[StageMeter],
+        wall: float,
+        until: float | None = None,
+        timeline: tuple[float, Any] | None = None,
     ) -> RunStats:
-        """A snapshot of the meters of a run that has lasted ``wall`` seconds until ``until``."""
+        """A snapshot of the meters of a run that has lasted ``wall`` seconds until ``until``.
+
+        ``timeline``: (when the run started, the consumer's lane), for ``trace``.
+        """
         until = perf_counter() if until is None else until
         order = _ordered(meters)
         names: dict[int, str] = {}
@@ -193,7 +238,10 @@ class RunStats:
             _stage_of(m, names[id(m)], tuple(names[id(i)] for i in m.inputs), wall, until)
             for m in order
         )
-        return cls(stages, wall)
+        if timeline is None:
+            return cls(stages, wall)
+        named = [(names[id(m)], m) for m in order]
+        return cls(stages, wall, _timeline=(timeline[0], until, timeline[1], named))
 
     def __getitem__(self, name: str) -> StageStats:
         for s in self.stages:
@@ -216,19 +264,19 @@ class RunStats:
         """
         if not self.stages or self.wall <= 0:
             return False
-        top = max(s.busy for s in self.stages) / self.wall
+        top = max(s.busy_share(self.wall) for s in self.stages)
         return top < 0.5 and self.stages[-1].wait_out / self.wall > 0.5
 
     @property
     def bottleneck(self) -> StageStats | None:
-        """The busiest stage (its ``busy`` share of the wall is the largest).
+        """The busiest stage (its ``busy`` share of the wall, per instance, is the largest).
 
         ``None`` when no stage ran, or when the consumer is the bottleneck
         (``consumer_bound``).
         """
         if not self.stages or self.consumer_bound:
             return None
-        return max(self.stages, key=lambda s: s.busy)
+        return max(self.stages, key=lambda s: s.busy_share(self.wall))
 
     # -- the reasoning ------------------------------------------------------------------
     def _queue_before(self, s: StageStats) -> StageStats | None:
@@ -255,7 +303,7 @@ class RunStats:
     def reason(self) -> str:
         """Why the bottleneck is the bottleneck, in words."""
         if self.consumer_bound:
-            top = max(s.busy for s in self.stages) / self.wall
+            top = max(s.busy_share(self.wall) for s in self.stages)
             return (
                 f"the pipeline waited for the consumer to take items"
                 f" {self.stages[-1].wait_out / self.wall:.0%} of wall, and no stage was busy"
@@ -264,7 +312,12 @@ class RunStats:
         b = self.bottleneck
         if b is None or self.wall <= 0:
             return "no stage ran"
-        what = f"busy {b.busy / self.wall:.0%} of wall"
+        what = f"busy {b.busy_share(self.wall):.0%} of wall"
+        if b.instances > 1 and b.busy_max is not None:
+            what += (
+                f" on average over its {b.instances} instances"
+                f" (the busiest {b.busy_max / self.wall:.0%})"
+            )
         if b.concurrency:
             what += f" ({b.in_flight or 0:.1f} of {b.concurrency} calls in flight on average)"
         parts = []
@@ -286,71 +339,48 @@ class RunStats:
         name = b.name if b is not None else "the consumer (the code iterating the pipeline)"
         return f"bottleneck: {name}: {self.reason()} (wall {wall})"
 
-    # -- rendering ----------------------------------------------------------------------
-    _HEAD = ("stage", "in", "out", "busy", "wait in", "wait out", "queue", "conc", "skip")
+    # -- rendering (aioflow._table) ----------------------------------------------------
+    def notes(self) -> list[str]:
+        """Lines on what a stage counted beyond the table: late items, evicted groups."""
+        from ._table import notes
 
-    def _rows(self) -> list[list[str]]:
-        wall = self.wall if self.wall > 0 else 1.0
-        b = self.bottleneck
-
-        def t(x: float) -> str:
-            return f"{x:.3f}s {x / wall:4.0%}"
-
-        rows = []
-        for s in self.stages:
-            q = "-"
-            if s.queue_fill is not None and s.queue_fill_peak is not None:
-                q = f"{s.queue_fill:.0%}/{s.queue_fill_peak:.0%}"
-            conc = f"{s.in_flight or 0:.1f}/{s.concurrency}" if s.concurrency else "-"
-            mark = "* " if s is b else "  "
-            rows.append(
-                [
-                    mark + s.name,
-                    f"{s.items_in:,}",
-                    f"{s.items_out:,}",
-                    t(s.busy),
-                    t(s.wait_in),
-                    t(s.wait_out),
-                    q,
-                    conc,
-                    str(s.errors_skipped),
-                ]
-            )
-        return rows
+        return notes(self)
 
     def __str__(self) -> str:
-        head = ["  " + self._HEAD[0], *self._HEAD[1:]]
-        rows = [head, *self._rows()]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = []
-        for j, r in enumerate(rows):
-            cells = [c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)]
-            lines.append("  ".join(cells).rstrip())
-            if j == 0:
-                lines.append("  ".join("-" * w for w in widths))
-        lines.append(
-            "(seconds and share of wall; queue: mean/peak fill of the output channel;"
-            " conc: calls in flight/limit)"
-        )
-        lines.append(self.summary())
-        return "\n".join(lines)
+        from ._table import table
+
+        return table(self)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self._HEAD)
-        b = self.bottleneck
-        body = []
-        for s, r in zip(self.stages, self._rows(), strict=True):
-            r = [r[0][2:], *r[1:]]
-            style = ' style="font-weight:bold;background:#fde2e2"' if s is b else ""
-            cells = "".join(
-                f'<td style="text-align:{"left" if i == 0 else "right"}">{html.escape(c)}</td>'
-                for i, c in enumerate(r)
-            )
-            body.append(f"<tr{style}>{cells}</tr>")
-        return (
-            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-            f"<p>{html.escape(self.summary())}</p>"
-        )
+        from ._table import table_html
+
+        return table_html(self)
+
+    def trace(self, path: Any) -> Any:
+        """Write the run as a timeline (Chrome trace-event JSON) at ``path``; returns ``path``.
+
+        Perfetto (ui.perfetto.dev) and ``chrome://tracing`` open it: a track per stage
+        (per instance, per process worker, per call slot) with its busy spans, counters
+        for each stage's output queue (items held) and calls in flight, and a track of
+        the consumer's waits for items. Spans of fast stages are merged (see
+        ``aioflow._meters``), so their busy seconds still add up to the table's. The
+        stats of a run still going draw its timeline as far as it has got when ``trace``
+        is called; the last 100,000 spans of each track are kept.
+
+        Example:
+            >>> import json, os, tempfile, aioflow as af
+            >>> with af.range(1000).map(lambda x: x + 1).prefetch(4).iter() as it:
+            ...     _ = list(it)
+            >>> path = os.path.join(tempfile.mkdtemp(), "run.json")
+            >>> with open(it.stats().trace(path)) as f:
+            ...     events = json.load(f)["traceEvents"]
+            >>> sorted({e["args"]["name"] for e in events if e["name"] == "thread_name"})
+            ['consumer', 'map(<lambda>)', 'prefetch(4)', 'range']
+        """
+        from ._trace import write_trace
+
+        write_trace(self, path)
+        return path
 
     def plot(self, path: Any) -> Any:
         """Draw busy / waiting-on-input / waiting-on-output time per stage as a PNG at ``path``.

@@ -4,7 +4,9 @@ Runs every variant in this process, one after another, best of ``--reps``; print
 rates and aioflow's ratio to the plain-generator chain (the issue's goal: >= 0.5x), and
 the cost of the per-stage stats: each aioflow variant again with the meters off
 (``AIOFLOW_STATS=0``), as the extra wall time and the extra process CPU time (the CPU
-figure is the steadier one on a shared machine; the goal: stats cost < 10%).
+figure is the steadier one on a shared machine; the goal: stats cost < 10%). The stats
+include what ``it.stats().trace(path)`` draws (busy spans per stage, counters), so this is
+also the cost of leaving the timeline on.
 
     python bench/overhead.py [--n 1000000] [--reps 3] [--loop asyncio|uvloop]
 """

@@ -110,3 +110,12 @@ async def test_bench_works_inside_a_running_event_loop():
     r = af.bench(af.range(300).map(lambda x: x), progress=False)
     assert r.items == 300
     await asyncio.sleep(0)
+
+
+def test_a_pipeline_of_batches_is_measured_in_batches():
+    r = af.bench(af.range(1000).map(lambda x: x).batch(10).prefetch(2), progress=False)
+    assert r.unit == "batches" and r.items == 100
+    line = str(r).splitlines()[0]
+    assert line.startswith("100 batches in ") and "batches/s" in line
+    assert "first batch after" in line and "batches/s" in r._repr_html_()
+    assert af.bench(af.range(10).batch(5).unbatch(), progress=False).unit == "items"

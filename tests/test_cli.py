@@ -54,7 +54,8 @@ def test_bench_of_a_function_in_a_dotted_module_prints_the_table_and_rate(tmp_pa
     assert "* map(slow)" in out  # the table marks the slow stage
     assert "bottleneck: map(slow): busy" in out
     last = out.strip().splitlines()[-1]
-    assert last.startswith("50 items in ") and "items/s" in last and "first item after" in last
+    # the pipeline ends in batch(8): what it yields, and counts, are batches
+    assert last.startswith("50 batches in ") and "batches/s" in last and "first batch after" in last
     assert r.stderr == ""
 
 
@@ -137,3 +138,33 @@ def test_help_lists_both_commands(tmp_path):
     r = aioflow_cli("--help", cwd=tmp_path)
     assert r.returncode == 0
     assert "demo" in r.stdout and "bench" in r.stdout
+
+
+@pytest.mark.parametrize("command", [(), ("demo",), ("bench",)])
+def test_help_is_plain_text_without_restructuredtext_markup(tmp_path, command):
+    r = aioflow_cli(*command, "--help", cwd=tmp_path)
+    assert r.returncode == 0
+    assert "usage: python -m aioflow" in r.stdout
+    assert "``" not in r.stdout and ":func:" not in r.stdout
+
+
+def test_bench_of_unbatched_items_says_items(tmp_path):
+    (tmp_path / "flat.py").write_text("import aioflow as af\np = af.range(300).prefetch(2)\n")
+    r = aioflow_cli("bench", "flat:p", "--no-progress", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("300 items in ")
+
+
+def test_bench_writes_the_run_as_a_trace(tmp_path):
+    import json
+
+    (tmp_path / "pipe.py").write_text(
+        "import aioflow as af\np = af.range(2000).map(lambda x: x * 2).batch(10).prefetch(2)\n"
+    )
+    trace = tmp_path / "run.json"
+    r = aioflow_cli("bench", "pipe:p", "--no-progress", "--trace", str(trace), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {trace}" in r.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"range", "map(<lambda>)", "batch(10)", "prefetch(2)", "consumer"} <= tracks

@@ -121,3 +121,25 @@ def test_quickstart_notebook_runs_in_a_real_kernel(tmp_path, monkeypatch):
     html_cell = code[sources.index("result.stats")]
     html = html_cell.outputs[0]["data"]["text/html"]
     assert html.startswith("<table>") and "bottleneck" in html and "batch(64)" in html
+
+
+def test_quickstart_notebook_runs_with_jupyter_nbconvert_execute(tmp_path):
+    """`jupyter nbconvert --execute`, the usual way to run a notebook, works (extra `test`)."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbconvert")
+    pytest.importorskip("ipykernel")
+    out = tmp_path / "executed.ipynb"
+    r = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute"]
+        + [str(EXAMPLES / "quickstart.ipynb"), "--output", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    nb = nbformat.read(out, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count for c in code)  # every cell ran
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]

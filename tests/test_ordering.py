@@ -194,6 +194,95 @@ def test_streaming_sort_with_ties_is_exact_within_its_bound(keys, buffer_size):
 
 
 # -- sort_by without a buffer: the external sort ---------------------------------------------
+def stats_of(p):
+    """(items, the run's stats) of one run of ``p``."""
+    with p.iter() as it:
+        out = list(it)
+    return out, it.stats()
+
+
+def test_late_items_are_emitted_out_of_order_and_counted_by_default():
+    items = [5, 1, 2, 3, 4, 0]  # 0 arrives after 1, 2 and 3 were emitted: late
+    out, st = stats_of(af.from_iterable(items).sort_by(lambda x: x, buffer_size=2))
+    assert out == [1, 2, 3, 0, 4, 5]
+    assert st["sort_by(2)"].late == 1
+    assert "1 late" in str(st)  # the table says so
+
+
+def test_late_items_are_dropped_and_counted_with_on_late_drop():
+    items = [5, 1, 2, 3, 4, 0, 9, 6, 7, 8, 1]
+    p = af.from_iterable(items).sort_by(lambda x: x, buffer_size=2, on_late="drop")
+    out, st = stats_of(p)
+    assert out == [1, 2, 3, 4, 5, 6, 7, 8, 9]  # 0 came after 3 was emitted, the last 1 after 7
+    assert st["sort_by(2)"].late == 2
+
+
+def test_the_first_late_item_raises_late_item_after_the_items_before_it():
+    items = [5, 1, 2, 3, 4, 0, 6]
+    p = af.from_iterable(items).sort_by(lambda x: x, buffer_size=2, on_late="raise")
+    got = []
+    with pytest.raises(af.LateItem) as info, p.iter() as it:
+        for x in it:
+            got.append(x)
+    assert got == [1, 2, 3]
+    e = info.value
+    assert (e.key, e.last_key, e.position, e.stage) == (0, 3, 5, "sort_by(2)")
+    assert isinstance(e, af.StageError) and isinstance(e, ValueError)
+    assert "late" in str(e) and "buffer_size" in str(e)
+
+
+def test_lateness_is_against_the_largest_key_emitted_in_reverse_too():
+    items = [0, 4, 3, 2, 1, 5]  # descending sort: 5 arrives after 4, 3 and 2 were emitted
+    p = af.from_iterable(items).sort_by(lambda x: x, buffer_size=2, reverse=True)
+    out, st = stats_of(p)
+    assert out == [4, 3, 2, 5, 1, 0]
+    assert st["sort_by(2)"].late == 1
+
+
+def test_events_later_than_the_buffer_are_all_counted():
+    # the issue's case: events up to ~100 places late through a buffer of 16
+    rng = np.random.default_rng(0)
+    n = 20_000
+    arrival = np.argsort(np.arange(n) + rng.integers(0, 100, n), kind="stable").tolist()
+    p = af.from_iterable(arrival).sort_by(lambda x: x, buffer_size=16)
+    out, st = stats_of(p)
+    running = np.maximum.accumulate(out)
+    out_of_order = int((np.array(out)[1:] < running[:-1]).sum())
+    assert out_of_order > 1000
+    assert st["sort_by(16)"].late == out_of_order
+    q = af.from_iterable(arrival).sort_by(lambda x: x, buffer_size=16, on_late="drop")
+    kept, st2 = stats_of(q)
+    assert st2["sort_by(16)"].late == out_of_order == n - len(kept)
+    assert kept == sorted(kept)
+
+
+@FEW
+@given(keys=st.lists(st.integers(0, 30), max_size=150), buffer_size=st.integers(1, 8))
+def test_late_count_is_what_emit_puts_out_of_order_and_drop_leaves_out(keys, buffer_size):
+    items = list(enumerate(keys))
+    key = lambda t: t[1]  # noqa: E731
+    emitted, st1 = stats_of(af.from_iterable(items).sort_by(key, buffer_size=buffer_size))
+    late, top = [], None
+    for t in emitted:
+        if top is not None and key(t) < top:
+            late.append(t)
+        else:
+            top = key(t)
+    assert st1[f"sort_by({buffer_size})"].late == len(late)
+    if sort_lateness(items, key) <= buffer_size:
+        assert not late
+    p = af.from_iterable(items).sort_by(key, buffer_size=buffer_size, on_late="drop")
+    kept, st2 = stats_of(p)
+    assert kept == [t for t in emitted if t not in late]
+    assert kept == sorted(kept, key=key)
+    assert st2[f"sort_by({buffer_size})"].late == len(late)
+
+
+def test_sort_by_rejects_an_unknown_late_policy():
+    with pytest.raises(af.PipelineError, match="on_late"):
+        af.range(3).sort_by(lambda x: x, buffer_size=2, on_late="ignore")
+
+
 def test_full_sort_in_memory_is_stable():
     items = [(2, "d"), (1, "c"), (2, "b"), (1, "a")]
     key = lambda t: t[0]  # noqa: E731
@@ -334,6 +423,16 @@ def test_group_by_max_keys_pushes_the_oldest_open_group_out():
         ("u3", [("u3", 4)]),
         ("u4", [("u4", 6)]),
     ]
+
+
+def test_group_by_counts_the_groups_max_keys_pushed_out():
+    items = [("u1", 1), ("u2", 2), ("u1", 3), ("u3", 4), ("u2", 5), ("u4", 6)]
+    out, st = stats_of(af.from_iterable(items).group_by(lambda t: t[0], max_keys=2))
+    assert len(out) == 4
+    assert st["group_by"].evicted == 2  # u1 when u3 came, u2 when u4 came
+    assert "2 evicted" in str(st)
+    _, full = stats_of(af.range(6).group_by(lambda x: x % 2, size=3, max_keys=2))
+    assert full["group_by"].evicted == 0  # full groups and the end are not evictions
 
 
 def test_group_by_size_one_and_empty_input():

@@ -275,3 +275,66 @@ def test_plot_of_an_empty_run_still_writes_a_png(tmp_path):
     path = tmp_path / "empty.png"
     af.RunStats((), 0.0).plot(str(path))
     assert path.read_bytes()[:8] == PNG_SIGNATURE
+
+
+# -- repeated sub-stages: one row, per-instance figures ----------------------------------
+def shares_in_table(st: af.RunStats) -> list[float]:
+    """Every percentage in the table's rows."""
+    import re
+
+    rows = str(st).splitlines()[2 : 2 + len(st)]
+    return [float(x) for r in rows for x in re.findall(r"(\d+)%", r)]
+
+
+def test_the_readers_of_an_interleave_are_one_row_with_per_instance_shares():
+    p = af.range(8).interleave(
+        lambda i: af.range(20).map(sleepy(0.002)), cycle_length=4, concurrency=4
+    )
+    out, st = run(p)
+    assert len(out) == 160
+    readers = st["interleave(<lambda>) > map(slow)"]
+    assert readers.instances == 4  # four readers at once, not one row each
+    assert readers.busy >= 160 * 0.002  # their busy seconds, summed
+    assert readers.busy_max is not None
+    assert readers.busy / 4 <= readers.busy_max <= st.wall
+    assert 0 < readers.busy_share(st.wall) <= 1
+    assert "x4 max" in str(st)
+    assert max(shares_in_table(st)) <= 100
+
+
+def test_the_partitions_of_a_partition_by_are_one_row():
+    p = af.range(90).partition_by(lambda x: x % 3, 3, lambda q: q.map(sleepy(0.001)))
+    out, st = run(p)
+    assert sorted(out) == list(range(90))
+    parts = st["partition_by(3) > map(slow)"]
+    assert parts.instances == 3 and parts.items_out == 90
+    assert max(shares_in_table(st)) <= 100
+
+
+def test_the_workers_of_a_process_pool_are_counted_with_the_busiest_one():
+    p = af.range(200).map(sleepy(0.002), executor="process", concurrency=2)
+    _, st = run(p)
+    m = st["map(slow)"]
+    assert m.instances == 2
+    assert m.busy_max is not None and m.busy_max >= m.busy  # busy is the mean per worker
+    assert "x2 max" in str(st)
+
+
+def test_sub_pipelines_opened_one_after_another_are_one_instance():
+    _, st = run(af.range(5).flat_map(lambda n: af.range(n)))
+    assert st["flat_map(<lambda>) > range"].instances == 1
+    assert st["flat_map(<lambda>) > range"].busy_max is None
+
+
+def test_the_plot_keeps_whole_names_and_every_bar_within_the_wall():
+    from aioflow._plot import _bars, _label
+
+    p = af.range(8).interleave(
+        lambda i: af.range(20).map(sleepy(0.002)), cycle_length=4, concurrency=4
+    )
+    _, st = run(p)
+    for b, wi, wo in zip(*_bars(st), strict=True):
+        assert b + wi + wo <= st.wall * 1.0001
+    name = "interleave(_read_pair) > map(a_rather_long_function_name)"
+    label = _label(name)
+    assert "…" not in label and label.replace("\n", " ").replace("> >", ">") == name
