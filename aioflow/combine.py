@@ -29,6 +29,7 @@ from ._runtime import (
     Ctx,
     Node,
     Opener,
+    Run,
     aclosing,
     items_of,
 )
@@ -127,10 +128,11 @@ async def _next_chunk(gen: ChunkIter) -> list[Any] | None:
 class _Sub:
     """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead."""
 
-    __slots__ = ("buf", "gen", "i", "next", "pos", "resume", "seek", "taken")
+    __slots__ = ("buf", "gen", "i", "next", "pos", "resume", "run", "seek", "taken")
 
-    def __init__(self, gen: ChunkIter, pos: int = 0, taken: int = 0) -> None:
+    def __init__(self, gen: ChunkIter, run: Run, pos: int = 0, taken: int = 0) -> None:
         self.gen = gen
+        self.run = run  # starts its read-ahead tasks: the run cancels what is left at close
         self.buf: list[Any] = []
         self.i = 0
         self.next: asyncio.Task[list[Any] | None] | None = None
@@ -145,7 +147,7 @@ class _Sub:
     def ahead(self) -> asyncio.Task[list[Any] | None]:
         """Start reading the next chunk now (for a task-opened one: starts its task)."""
         if self.next is None:
-            self.next = asyncio.ensure_future(_next_chunk(self.gen))
+            self.next = self.run.start(_next_chunk(self.gen), "interleave read-ahead")
         return self.next
 
     async def fill(self) -> bool:
@@ -161,6 +163,11 @@ class _Sub:
         self.buf, self.i = chunk, 0
         return True
 
+    def cancel(self) -> None:
+        """Cancel the read started ahead, at once (``aclose`` then waits for it)."""
+        if self.next is not None:
+            self.next.cancel()
+
     async def aclose(self) -> None:
         t, self.next = self.next, None
         if t is not None:
@@ -169,6 +176,25 @@ class _Sub:
             if not t.cancelled():
                 t.exception()
         await self.gen.aclose()
+
+
+async def _close_all(subs: Sequence[_Sub | None]) -> None:
+    """Close every sub-pipeline, even when this is cancelled again on the way.
+
+    Every read-ahead is cancelled first, without waiting: a second cancellation in the
+    middle must not leave the later ones reading channels that no one will close.
+    """
+    open_subs = [s for s in subs if s is not None]
+    for s in open_subs:
+        s.cancel()
+    cancelled: BaseException | None = None
+    for s in open_subs:
+        try:
+            await s.aclose()
+        except asyncio.CancelledError as e:
+            cancelled = e
+    if cancelled is not None:
+        raise cancelled
 
 
 class _Opener:
@@ -200,7 +226,7 @@ class _Opener:
         from .sources import iterable_chunks
         from .transforms import skip_chunks
 
-        s = _Sub(cast(ChunkIter, None), self.pos - 1, drop)
+        s = _Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
         if self.task and isinstance(sub, Pipeline):
             gen = self.ctx.open_task(sub, resume=resume, hook=s.hook)
@@ -307,10 +333,10 @@ async def _cycle(
         if out:
             yield out
     finally:
-        for sub in (*slots, *early):
-            if sub is not None:
-                await sub.aclose()
-        await inputs.aclose()
+        try:
+            await _close_all((*slots, *early))
+        finally:
+            await inputs.aclose()
 
 
 async def _merge(inputs: _Opener, width: int) -> ChunkIter:
@@ -340,9 +366,10 @@ async def _merge(inputs: _Opener, width: int) -> ChunkIter:
             if out:
                 yield out
     finally:
-        for s in reading.values():
-            await s.aclose()
-        await inputs.aclose()
+        try:
+            await _close_all(list(reading.values()))
+        finally:
+            await inputs.aclose()
 
 
 def build_interleave(
