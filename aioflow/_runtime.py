@@ -427,7 +427,7 @@ class Run:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
-        self._fused = 0  # stages being built inside one another right now (see FUSE_MAX)
+        self._depths: dict[int, int] = {}  # id(node) -> its fused depth (_fused_depth)
         self._pool: DaemonPool | None = None
         self.closed = False
         # set from the consumer's thread when it closes: a blocking source reads no more
@@ -454,22 +454,20 @@ class Run:
         chunks: int | None = None,
         reader: LaneCell | None = None,
         same_lane: bool = True,
+        split: bool = True,
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller.
 
         ``reader``: the lane of the instance that reads it, which its time is taken from;
         ``same_lane``: an input runs on its reader's lane index (a sub-pipeline: the
-        lowest free one).
+        lowest free one). ``split``: a long fused chain may be cut here (see ``_split``).
         """
         node = pipeline._node
-        if self._fused >= FUSE_MAX and not (node.task or boundary):
+        fused = not (node.task or boundary)
+        if fused and split and self._fused_depth(node) % FUSE_MAX == 0:
             return self._split(pipeline, parent, reader, same_lane)
         mine: LaneCell = [None]
-        self._fused += 1  # opening is recursive: this many stages are being built inside
-        try:
-            gen, meter = self._build(node, parent, mine)
-        finally:
-            self._fused -= 1
+        gen, meter = self._build(node, parent, mine)
         if node.task or boundary:
             meter.task = True
             return self._reader(
@@ -492,13 +490,14 @@ class Run:
         """The rest of a long chain of fused stages, in a task of its own (a fresh stack).
 
         Fused stages nest: building them, and each chunk's way through them, is as deep
-        as the chain is long. Past ``FUSE_MAX`` the chain goes on in a task that builds
-        it when first read; this hop is not a stage, and the stats do not show it.
+        as the chain is long. Every ``FUSE_MAX`` stages of a chain (counted from its
+        bottom, see ``_fused_depth``) the chain below goes on in a task that builds it when
+        first read; this hop is not a stage, and the stats do not show it.
         """
         hop_lane: LaneCell = [None]
 
         async def rest() -> ChunkIter:
-            gen = self.open(pipeline, parent=parent, reader=hop_lane)
+            gen = self.open(pipeline, parent=parent, reader=hop_lane, split=False)
             async with aclosing(gen):
                 async for chunk in gen:
                     yield chunk
@@ -506,6 +505,28 @@ class Run:
         hop = StageMeter(f"{pipeline._node.name} (split)", None)
         lanes = (hop_lane, reader, same_lane)
         return self._reader(rest(), hop, CHANNEL_CHUNKS, CHANNEL_ITEMS, 0, lanes)
+
+    def _fused_depth(self, node: Node) -> int:
+        """How many stages run on one stack when ``node`` is read: itself and its chain of
+        fused inputs, down to task nodes (a static fact of the graph, kept per run).
+
+        Computed without recursion: the chain may be longer than the recursion limit.
+        """
+        depth = self._depths
+        todo = [node]
+        while todo:
+            n = todo[-1]
+            if id(n) in depth:
+                todo.pop()
+                continue
+            below = [q._node for q in n.inputs if not q._node.task]
+            missing = [q for q in below if id(q) not in depth]
+            if missing:
+                todo.extend(missing)
+                continue
+            depth[id(n)] = 1 + max((depth[id(q)] for q in below), default=0)
+            todo.pop()
+        return depth[id(node)]
 
     def _build(
         self, node: Node, parent: StageMeter | None, mine: LaneCell
