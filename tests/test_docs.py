@@ -46,14 +46,23 @@ SETUP, SNIPPETS = blocks()
 AST_RACE = (3, 11) <= sys.version_info[:3] < (3, 11, 8)
 
 
-def _one_at_a_time(fn: Callable[[str], object]) -> Callable[[str], object]:
-    lock = threading.Lock()
+class _OneAtATime:
+    """``fn`` called by one thread at a time (in each process: the lock is not shipped)."""
 
-    def call(path: str) -> object:
-        with lock:
-            return fn(path)
+    def __init__(self, fn: Callable[[str], object]) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "load")
+        self.lock = threading.Lock()
 
-    return call
+    def __getstate__(self) -> dict[str, object]:
+        return {"fn": self.fn}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["fn"])  # type: ignore[misc]
+
+    def __call__(self, path: str) -> object:
+        with self.lock:
+            return self.fn(path)
 
 
 def test_the_page_has_a_setup_and_a_snippet_per_library():
@@ -75,7 +84,7 @@ def test_aioflow_snippet_runs(code, tmp_path, monkeypatch):
         for block in SETUP:
             exec(compile(block, f"{DOC.name}:setup", "exec"), namespace)
         if AST_RACE:
-            namespace["load"] = _one_at_a_time(namespace["load"])  # type: ignore[arg-type]
+            namespace["load"] = _OneAtATime(namespace["load"])  # type: ignore[arg-type]
         exec(compile(code, DOC.name, "exec"), namespace)
     except ModuleNotFoundError as e:
         if e.name in OPTIONAL:
