@@ -224,24 +224,6 @@ def test_sigkilled_worker_raises_worker_died_and_next_run_starts_fresh(no_leaks)
     assert af.range(3).map(die_at_3, executor="process", concurrency=2).to_list() == [0, 1, 2]
 
 
-def leave_segment_and_die(x: int) -> int:
-    import multiprocessing
-    import pickle
-
-    from aioflow import _worker
-
-    prefix = multiprocessing.current_process()._args[1]  # what the pool named this worker's
-    _worker._to_shm(f"{prefix}_{os.getpid()}_99", [pickle.PickleBuffer(b"x" * 4096)], 4096)
-    os.kill(os.getpid(), signal.SIGKILL)
-    return x
-
-
-def test_segment_left_by_a_dying_worker_is_unlinked_when_the_run_ends(no_leaks):
-    with pytest.raises(af.WorkerDied):
-        af.range(2).map(leave_segment_and_die, executor="process", concurrency=1).to_list()
-    # no_leaks checks /dev/shm
-
-
 def test_worker_that_exits_raises_worker_died_with_its_exit_code(no_leaks):
     with pytest.raises(af.WorkerDied) as info:
         af.range(5).map(exit_at_2, executor="process", concurrency=1).to_list()
