@@ -108,8 +108,10 @@ class Pipeline(Generic[T]):
         """Apply ``fn`` to every item.
 
         ``fn`` may be sync or ``async``. With ``executor=None`` a sync ``fn`` runs inline
-        on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` and
-        ``"process"`` run it in a pool the run owns (``concurrency`` workers), and any
+        on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` runs it
+        in a pool the run owns, ``"process"`` in ``concurrency`` worker processes that
+        stay warm across this pipeline's runs until ``close()`` (``fn`` is shipped by
+        value; workers never run your ``__main__``), and any
         ``concurrent.futures.Executor`` (the caller's, kept open) works too.
         ``ordered=False`` yields results in completion order. ``on_error`` is
         ``"raise"``, ``"skip"`` or an int max_failures; ``timeout`` bounds one call.
