@@ -27,6 +27,7 @@ Workers ignore SIGINT: Ctrl-C is the parent's business.
 from __future__ import annotations
 
 import array
+import functools
 import io
 import linecache
 import mmap
@@ -83,6 +84,12 @@ class _Pickler(cloudpickle.Pickler):
         self.files: set[str] = set()
 
     def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, functools._lru_cache_wrapper):
+            fn = obj.__wrapped__
+            if not cloudpickle.cloudpickle._should_pickle_by_reference(fn):
+                # (pickled by name it would need the user's __main__ in the worker)
+                params = obj.cache_parameters()
+                return _lru_cached, (fn, params["maxsize"], params["typed"])
         if type(obj) is types.CodeType:
             fn, args = cloudpickle.cloudpickle._code_reduce(obj)
             self.files.add(obj.co_filename)
@@ -90,6 +97,10 @@ class _Pickler(cloudpickle.Pickler):
             dyn = "<dynamic-code>"
             return fn, tuple(real if isinstance(a, str) and a == dyn else a for a in args)
         return super().reducer_override(obj)
+
+
+def _lru_cached(fn: Callable[..., Any], maxsize: int | None, typed: bool) -> Any:
+    return functools.lru_cache(maxsize, typed)(fn)
 
 
 def ship(fn: Any) -> bytes:

@@ -71,12 +71,16 @@ def test_a_dead_idle_worker_gives_the_next_epoch_a_fresh_pool():
 
 # -- real programs: no __main__ guard, interpreter exit, the parent SIGKILLed ---------
 SCRIPT = """
-import os, sys
+import functools, os, sys
 import aioflow as af
 import heavy_mod  # the script's own import: a worker must never run it
 
+@functools.lru_cache(None)  # pickled by name, it would need this script in the worker
+def offset():
+    return 0
+
 def where(x):
-    return os.getpid()
+    return os.getpid() + offset()
 
 p = af.range(6).map(where, executor="process", concurrency=2)
 pids = set()
