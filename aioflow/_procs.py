@@ -87,15 +87,20 @@ def run_process_pool(
 
 # -- the pool -------------------------------------------------------------------------
 class _Task:
-    __slots__ = ("entries", "failures", "fds", "fn_id", "fut", "id", "n", "pos", "timer")
+    __slots__ = (
+        "batch", "entries", "failures", "fds", "fn_id", "fut", "id", "items", "n", "pos",
+        "timer",
+    )  # fmt: skip
 
-    def __init__(self, tid: int, fn_id: int, n: int, pos: int, fut: Any) -> None:
+    def __init__(self, tid: int, fn_id: int, items: list[Any], pos: int, fut: Any) -> None:
         self.id = tid
         self.fn_id = fn_id
-        self.n = n
+        self.items = items
+        self.n = len(items)
         self.pos = pos
         self.fut: asyncio.Future[list[Any]] = fut
-        self.entries: list[Any] = []
+        self.batch: Any = None  # the items pickled at once, or None: one by one
+        self.entries: list[Any] | None = None
         self.fds: list[int] = []  # shared memory of its items, until sent
         self.failures: dict[int, _worker.Failure] = {}  # items that could not be pickled
         self.timer: asyncio.TimerHandle | None = None
@@ -210,22 +215,31 @@ class ProcessPool:
         if self.broken is not None:
             raise self._died(pos, len(items), running=False)
         assert self.loop is not None
-        task = _Task(next(self._ids), fn_id, len(items), pos, self.loop.create_future())
-        for j, x in enumerate(items):
+        task = _Task(next(self._ids), fn_id, items, pos, self.loop.create_future())
+        try:
+            task.batch = _worker.pack(items, task.fds)
+        except Exception:
+            self._one_by_one(task)
+        self.pending.append(task)
+        self._dispatch()
+        return task.fut
+
+    def _one_by_one(self, task: _Task) -> None:
+        """Pickle a task's items each on its own: one that cannot go fails only itself."""
+        task.batch = None
+        task.entries = []
+        for j, x in enumerate(task.items):
             try:
                 task.entries.append(_worker.pack(x, task.fds))
             except Exception as e:
                 task.entries.append(None)
                 task.failures[j] = _worker.Failure(
                     StageError(
-                        f"stage {self.stage!r}: item {pos + j} ({short_repr(x)}) cannot be"
-                        f" sent to a worker process: {e!r}",
+                        f"stage {self.stage!r}: item {task.pos + j} ({short_repr(x)}) cannot"
+                        f" be sent to a worker process: {e!r}",
                         stage=self.stage,
                     )
                 )
-        self.pending.append(task)
-        self._dispatch()
-        return task.fut
 
     # -- closing ------------------------------------------------------------------------
     def _shut(self) -> list[subprocess.Popen[bytes]]:
@@ -331,8 +345,7 @@ class ProcessPool:
             task.drop()
             return
         fn = None if task.fn_id in w.fns else self.fns[task.fn_id][1]
-        body = pickle.dumps((task.id, task.fn_id, fn, task.entries), protocol=5)
-        task.entries = []
+        body = pickle.dumps((task.id, task.fn_id, fn, task.batch, task.entries), protocol=5)
         self._post(w, body, task.fds)
         task.fds = []
         w.fns.add(task.fn_id)
@@ -391,26 +404,50 @@ class ProcessPool:
             if body == b"ready":
                 w.ready = True
                 return
-            task_id, seconds, entries = pickle.loads(body)
+            task_id, seconds, kind, payload = pickle.loads(body)
             task = w.tasks.popleft()
             assert task.id == task_id, "worker answered out of order"
             if task.timer is not None:
                 task.timer.cancel()
+            if kind is None:  # an item could not be loaded there: send them one by one
+                if not task.fut.done():
+                    self._one_by_one(task)
+                    self.pending.appendleft(task)
+                return
             if self.meter is not None:  # time computing, not time queued behind a batch
                 self.meter.t_calls += seconds
             per_item = seconds / task.n
             s = self.item_seconds
             self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item
             if not task.fut.done():
-                task.fut.set_result([self._result(task, j, e, fds) for j, e in enumerate(entries)])
+                task.fut.set_result(self._results(task, kind, payload, fds))
         finally:
             while fds:
                 os.close(fds.popleft())
             self._dispatch()
 
+    def _results(self, task: _Task, kind: str, payload: Any, fds: deque[int]) -> list[Any]:
+        if kind == "items":
+            out = [self._result(task, j, e, fds) for j, e in enumerate(payload)]
+        else:
+            out = self._batch_results(task, payload, fds)
+        for j, f in task.failures.items():  # items that could not be sent
+            out[j] = f
+        return out
+
+    def _batch_results(self, task: _Task, payload: Any, fds: deque[int]) -> list[Any]:
+        try:
+            ys = _worker.unpack(payload, fds)
+        except Exception as e:
+            what = f"items {task.pos}..{task.pos + task.n - 1}" if task.n > 1 else task.pos
+            err = StageError(
+                f"stage {self.stage!r}: the results of {what} could not be unpickled here: {e!r}",
+                stage=self.stage,
+            )
+            return [_worker.Failure(err)] * task.n
+        return [self._failure(y) for y in ys]
+
     def _result(self, task: _Task, j: int, entry: Any, fds: deque[int]) -> Any:
-        if entry is None:
-            return task.failures[j]
         try:
             y = _worker.unpack(entry, fds)
         except Exception as e:
@@ -421,6 +458,9 @@ class ProcessPool:
                     stage=self.stage,
                 )
             )
+        return self._failure(y)
+
+    def _failure(self, y: Any) -> Any:
         if type(y) is _worker.Failure and y.exc is None:
             y.exc = StageError(f"stage {self.stage!r}: {y.why}", stage=self.stage)
         return y

@@ -6,13 +6,16 @@ script. One Unix socket per worker carries framed messages, each with the file
 descriptors it passes along (``SCM_RIGHTS``):
 
 - parent -> worker: first ``("init", sys_path)``, then tasks
-  ``(task_id, fn_id, fn or None, entries)``; the function (cloudpickled, with its name
-  and the source lines of files the worker may lack) is sent with the first task that
-  needs it, then cached by ``fn_id``.
-- worker -> parent: ``b"ready"``, then per task ``(task_id, seconds, entries)``.
+  ``(task_id, fn_id, fn or None, batch, entries)``; the function (cloudpickled, with its
+  name and the source lines of files the worker may lack) is sent with the first task
+  that needs it, then cached by ``fn_id``.
+- worker -> parent: ``b"ready"``, then per task ``(task_id, seconds, kind, payload)``.
 
-An entry is one item or result, pickled on its own (protocol 5), so a bad one fails
-only itself: ``(data, sizes)``, or ``None`` for an item the parent could not pickle.
+A batch of items, or of results, is pickled at once (protocol 5) as ``(data, sizes)``:
+one pickle per message is what keeps small items cheap. A bad one fails only itself:
+when a batch cannot be pickled, or loaded in the worker (``kind`` is then ``None``:
+"send them one by one"), its items travel as ``entries``, each pickled on its own
+(``None`` for one the parent could not pickle); results the same way (``kind`` "items").
 Buffers of ``OOB_MIN`` bytes or more (numpy arrays) travel out of band, each in an
 anonymous shared-memory file of its own (``memfd_create``) whose descriptor goes with
 the message: there is no name to collide or to leak, the kernel frees the memory when
@@ -251,7 +254,7 @@ def main(fd: int) -> None:
         if msg[0] == "init":
             sys.path[:] = msg[1]
             continue
-        task_id, fn_id, fn_blob, entries = msg
+        task_id, fn_id, fn_blob, batch, entries = msg
         t0 = time.perf_counter()
         fn = fns.get(fn_id)
         if fn is None:
@@ -261,35 +264,59 @@ def main(fd: int) -> None:
                 name = pickle.loads(fn_blob)[2]
                 fn = fns[fn_id] = _failure(e, f"loading the function {name!r}")
         out_fds: list[int] = []
-        out = [_call(fn, entry, fds, out_fds) for entry in entries]
-        body = pickle.dumps((task_id, time.perf_counter() - t0, out), protocol=5)
+        if batch is not None:
+            try:
+                items = unpack(batch, fds)
+            except Exception:  # some item cannot be loaded here: ask for them one by one
+                reply: Any = (task_id, 0.0, None, None)
+            else:
+                reply = (task_id, *_results([_apply(fn, x) for x in items], out_fds, t0))
+        else:
+            # (None: an item the parent could not pickle, and has the error of)
+            ys = [None if e is None else _apply(fn, _load(e, fds)) for e in entries]
+            reply = (task_id, *_results(ys, out_fds, t0))
+        while fds:
+            os.close(fds.popleft())
         try:
-            _send(sock, body, out_fds)
+            _send(sock, pickle.dumps(reply, protocol=5), out_fds)
         except OSError:  # the parent is gone or closed the pool mid-task
             os._exit(0)
 
 
-def _call(fn: Callable[[Any], Any] | Failure, entry: Any, fds: deque[int], out: list[int]) -> Any:
-    """One item: unpickle it, call ``fn``, pickle the result (or its Failure)."""
-    if entry is None:
-        return None  # the parent could not pickle it and has its error
+def _load(entry: Any, fds: deque[int]) -> Any:
+    """One item sent on its own, or the ``Failure`` of loading it."""
     try:
-        x = unpack(entry, fds)
+        return unpack(entry, fds)
     except Exception as e:  # (its descriptors are closed by now)
-        y: Any = _failure(e, "unpickling the item in the worker")
-    else:
-        if type(fn) is Failure:
-            y = fn
-        else:
-            try:
-                y = fn(x)  # type: ignore[operator]
-            except Exception as e:
-                y = _failure(e)
+        return _failure(e, "unpickling the item in the worker")
+
+
+def _apply(fn: Callable[[Any], Any] | Failure, x: Any) -> Any:
+    if type(fn) is Failure or type(x) is Failure:
+        return fn if type(fn) is Failure else x
     try:
-        return pack(y, out, cloudpickle.dumps)
+        return fn(x)  # type: ignore[operator]
+    except Exception as e:
+        return _failure(e)
+
+
+def _results(ys: list[Any], fds: list[int], t0: float) -> tuple[float, str, Any]:
+    """(seconds, kind, payload): the results pickled at once (plain pickle, else
+    cloudpickle), or one by one so that one that cannot be sent fails only itself."""
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        try:
+            return time.perf_counter() - t0, "batch", pack(ys, fds, dumps)
+        except Exception:
+            pass
+    return time.perf_counter() - t0, "items", [_pack_one(y, fds) for y in ys]
+
+
+def _pack_one(y: Any, fds: list[int]) -> Any:
+    try:
+        return pack(y, fds, cloudpickle.dumps)
     except Exception as e:
         why = f"the result, a {type(y).__qualname__}, {_UNSENDABLE}: {e!r}"
-        return pack(Failure(None, why), out, cloudpickle.dumps)
+        return pack(Failure(None, why), fds, cloudpickle.dumps)
 
 
 def _read(sock: socket.socket, tasks: queue.SimpleQueue[Any]) -> None:
