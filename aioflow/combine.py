@@ -187,6 +187,11 @@ class _Opener:
             raise annotate(e, self.ctx.name, self.pos) from None
         self.pos += 1
         if self.task and isinstance(sub, Pipeline):
+            if not sub._node.task and sub._node.card(()) == 1 and not sub._node.inputs:
+                # one item (``read_npy(path)``): the read-ahead task of ``_Sub`` is all
+                # the concurrency it needs; a task and channel of its own would cost
+                # more than reading a small file
+                return _Sub(self.ctx.open(sub))
             return _Sub(self.ctx.open_task(sub))
         from .sources import iterable_chunks
 
