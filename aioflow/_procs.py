@@ -32,9 +32,7 @@ import itertools
 import os
 import pickle
 import signal
-import socket
 import subprocess
-import sys
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +43,7 @@ from typing import Any
 from . import _worker
 from ._meters import StageMeter
 from ._pool_life import checkout, release, ship_by_value, track
+from ._pool_wire import Worker
 from ._runtime import CHUNK_MAX, Ctx, Run
 from .errors import StageError, StageTimeout, WorkerDied, short_repr
 
@@ -52,14 +51,6 @@ __all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool"]
 
 #: A batch of items sent to a worker should take about this long to compute.
 TASK_SECONDS = 0.01
-#: What a worker runs: ``_worker`` loaded from its file, without the aioflow package.
-_BOOT = (
-    "import importlib.util as u, sys\n"
-    "s = u.spec_from_file_location('aioflow._worker', sys.argv[1])\n"
-    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
-    "m.main(int(sys.argv[2]))\n"
-)
-
 _pools: weakref.WeakKeyDictionary[Run, dict[Any, ProcessPool]] = weakref.WeakKeyDictionary()
 
 
@@ -111,20 +102,6 @@ class _Task:
         self.fds = []
 
 
-class _Worker:
-    __slots__ = ("fns", "inbox", "out", "proc", "ready", "sock", "tasks", "writing")
-
-    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-        self.proc = proc
-        self.sock = sock
-        self.ready = False
-        self.writing = False
-        self.fns: set[int] = set()
-        self.tasks: deque[_Task] = deque()
-        self.inbox = _worker.Inbox()
-        self.out: deque[list[Any]] = deque()  # [frame bytes left, descriptors] to send
-
-
 class ProcessPool:
     """Worker processes of one stage, fed batches of items from the loop of a run."""
 
@@ -138,7 +115,7 @@ class ProcessPool:
         # the stage holds up to 2 x slots batches (see concurrent_map): keep their items
         # within what ``map`` declares it holds, concurrency + CHUNK_MAX
         self.max_batch = max(1, (workers + CHUNK_MAX) // (2 * self.slots))
-        self.workers: list[_Worker] = []
+        self.workers: list[Worker] = []
         self.graveyard: list[subprocess.Popen[bytes]] = []  # dead or killed, to reap
         self.pending: deque[_Task] = deque()
         self.fns: list[tuple[Callable[..., Any], bytes]] = []
@@ -160,7 +137,7 @@ class ProcessPool:
         self.stage = stage
         self.meter = meter
         for w in self.workers:
-            self._watch(w)
+            w.watch(self.loop, self._on_readable)
 
     def healthy(self) -> bool:
         return (
@@ -183,7 +160,7 @@ class ProcessPool:
         for w in [w for w in self.workers if w.tasks]:
             self._discard(w, kill=True)
         for w in self.workers:
-            self._unwatch(w)
+            w.unwatch()
         self.loop = None
         self.meter = None
         await self._reap(list(self.graveyard))
@@ -285,50 +262,17 @@ class ProcessPool:
 
     # -- workers ----------------------------------------------------------------------
     def _spawn(self) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, *flags, "-c", _BOOT, _worker.__file__, str(child.fileno())],
-                pass_fds=(child.fileno(),),
-                stdin=subprocess.DEVNULL,
-                process_group=0,  # Ctrl-C in a terminal is for the parent alone
-            )
-        finally:
-            child.close()
-        parent.setblocking(False)
-        w = _Worker(proc, parent)
+        w = Worker.start()
         self.workers.append(w)
-        self._post(w, pickle.dumps(("init", sys.path), protocol=5), [])
         if self.loop is not None:
-            self._watch(w)
+            w.watch(self.loop, self._on_readable)
 
-    def _watch(self, w: _Worker) -> None:
-        assert self.loop is not None
-        self.loop.add_reader(w.sock.fileno(), self._on_readable, w)
-        w.writing = False
-        self._flush(w)
-
-    def _unwatch(self, w: _Worker) -> None:
-        if self.loop is not None and w.sock.fileno() >= 0:
-            self.loop.remove_reader(w.sock.fileno())
-            self.loop.remove_writer(w.sock.fileno())
-        w.writing = False
-
-    def _discard(self, w: _Worker, *, kill: bool) -> None:
+    def _discard(self, w: Worker, *, kill: bool) -> None:
         """Take a worker out of the pool: close its socket (and kill it, if busy)."""
-        self._unwatch(w)
-        w.sock.close()
-        w.inbox.close()
-        for _, fds in w.out:
-            for fd in fds:
-                os.close(fd)
-        w.out.clear()
+        w.close(kill=kill)
         for t in w.tasks:
             if t.timer is not None:
                 t.timer.cancel()
-        if kill:
-            w.proc.kill()
         self.workers.remove(w)
         self.graveyard.append(w.proc)
 
@@ -340,66 +284,31 @@ class ProcessPool:
                 if w.ready and len(w.tasks) <= level:
                     self._send(w, self.pending.popleft())
 
-    def _send(self, w: _Worker, task: _Task) -> None:
+    def _send(self, w: Worker, task: _Task) -> None:
         if task.fut.done():  # cancelled before it was sent
             task.drop()
             return
         fn = None if task.fn_id in w.fns else self.fns[task.fn_id][1]
         body = pickle.dumps((task.id, task.fn_id, fn, task.batch, task.entries), protocol=5)
-        self._post(w, body, task.fds)
+        w.post(body, task.fds)
         task.fds = []
         w.fns.add(task.fn_id)
         w.tasks.append(task)
         if self.timeout is not None and self.loop is not None:
             task.timer = self.loop.call_later(self.timeout, self._expire, w, task)
 
-    def _post(self, w: _Worker, body: bytes, fds: list[int]) -> None:
-        w.out.append([memoryview(_worker.frame(body, len(fds))), fds])
-        if not w.writing:
-            self._flush(w)
-
-    def _flush(self, w: _Worker) -> None:
-        """Send what the socket takes now; the loop calls again when it takes more."""
-        while w.out:
-            entry = w.out[0]
-            data, fds = entry
-            try:
-                n = w.sock.sendmsg([data], _worker.scm(fds)) if fds else w.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:  # the worker is gone: its end-of-file is on the way
-                return
-            for fd in fds:
-                os.close(fd)
-            entry[1] = []
-            if n < len(data):
-                entry[0] = data[n:]
-            else:
-                w.out.popleft()
-        want = bool(w.out)
-        if want != w.writing and self.loop is not None:
-            if want:
-                self.loop.add_writer(w.sock.fileno(), self._flush, w)
-            else:
-                self.loop.remove_writer(w.sock.fileno())
-            w.writing = want
-
-    def _on_readable(self, w: _Worker) -> None:
-        eof = False
-        try:
-            while w.inbox.recv(w.sock):
-                pass
-            eof = True
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            eof = True
-        while w in self.workers and (msg := w.inbox.pop()) is not None:
-            self._on_message(w, *msg)
+    def _on_readable(self, w: Worker) -> None:
+        msgs, eof = w.read()
+        for msg in msgs:
+            if w in self.workers:
+                self._on_message(w, *msg)
+            else:  # (lost meanwhile)
+                for fd in msg[1]:
+                    os.close(fd)
         if eof and w in self.workers:
             self._lost(w)
 
-    def _on_message(self, w: _Worker, body: bytes, fds: deque[int]) -> None:
+    def _on_message(self, w: Worker, body: bytes, fds: deque[int]) -> None:
         try:
             if body == b"ready":
                 w.ready = True
@@ -465,7 +374,7 @@ class ProcessPool:
             y.exc = StageError(f"stage {self.stage!r}: {y.why}", stage=self.stage)
         return y
 
-    def _lost(self, w: _Worker) -> None:
+    def _lost(self, w: Worker) -> None:
         """A worker died on its own: fail its calls, and every later one (broken pool)."""
         tasks = list(w.tasks)
         self._discard(w, kill=False)
@@ -499,7 +408,7 @@ class ProcessPool:
             exitcode=code,
         )
 
-    def _expire(self, w: _Worker, task: _Task) -> None:
+    def _expire(self, w: Worker, task: _Task) -> None:
         """A call ran past ``timeout``: kill its worker (never wait), start another."""
         if not w.tasks or w.tasks[0] is not task:
             return
