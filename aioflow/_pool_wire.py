@@ -67,6 +67,17 @@ class Worker:
         w.post(pickle.dumps(("init", sys.path), protocol=5), [])
         return w
 
+    def alive(self) -> bool:
+        """Whether the process runs and its socket is open (checked before a run)."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except (BlockingIOError, InterruptedError):
+            return True  # nothing to read: open
+        except OSError:
+            return False
+
     def watch(self, loop: asyncio.AbstractEventLoop, on_readable: Callable[[Worker], Any]) -> None:
         """Let ``loop`` call ``on_readable(self)`` when messages arrive, and send for us."""
         self.loop = loop

@@ -144,7 +144,7 @@ class ProcessPool:
             not self.closed
             and not self.retired
             and self.broken is None
-            and all(w.proc.poll() is None for w in self.workers)
+            and all(w.alive() for w in self.workers)
         )
 
     async def release(self) -> None:
