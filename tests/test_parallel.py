@@ -18,7 +18,7 @@ import pytest
 
 import aioflow as af
 from aioflow import _procs
-from tests.conftest import _snapshot
+from tests.conftest import _forkserver_pid, _resource_tracker_pid, _snapshot
 
 
 # -- leak checks ----------------------------------------------------------------------
@@ -409,13 +409,18 @@ def test_dask_cluster_executor_runs_a_map_and_stays_open():
 
 def children_left(before: tuple, deadline: float) -> list[int]:
     """Child processes started since ``before`` that are still alive after ``deadline`` s
-    (the cluster's; its client keeps threads of its own, which are not checked here)."""
+    (the cluster's; its client keeps threads of its own, which are not checked here).
+    multiprocessing's services (resource tracker, fork server) live as long as this
+    process once the cluster started them: they are not the cluster's."""
     end = time.monotonic() + deadline
     while True:
+        services = {_forkserver_pid(), _resource_tracker_pid()}
         left = [
             c.pid
             for c in psutil.Process().children(recursive=True)
-            if c.pid not in before[1] and c.status() != psutil.STATUS_ZOMBIE
+            if c.pid not in before[1]
+            and c.pid not in services
+            and c.status() != psutil.STATUS_ZOMBIE
         ]
         if not left or time.monotonic() > end:
             return left
