@@ -29,6 +29,7 @@ from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, cancelling
 from ._threads import DaemonPool
 from ._worker import Failure, _failure
 from .errors import (
+    _NO_ITEM,
     PipelineError,
     StageError,
     StageTimeout,
@@ -100,22 +101,25 @@ class ErrorPolicy:
         self.failures = 0
         self.logged = False
 
-    def skip(self, exc: BaseException, ctx: Ctx, pos: int | None) -> bool:
-        """True if the failure is to be skipped; else the caller raises ``exc``."""
+    def skip(self, exc: BaseException, ctx: Ctx, pos: int | None, item: Any = _NO_ITEM) -> bool:
+        """True if the failure is to be skipped; else the caller raises ``exc``.
+
+        ``item`` is the failing input, named in the note (``annotate``) when it raises.
+        """
         if self.mode == "raise" or not isinstance(exc, Exception) or isinstance(exc, WorkerDied):
             return False  # a dead worker broke the pool: nothing after it can run
         self.failures += 1
         if self.mode == "count" and self.failures > self.limit:
-            annotate(exc, ctx.name, pos)
+            annotate(exc, ctx.name, pos, item)
             exc.add_note(f"aioflow: more than max_failures={self.limit} failures in this stage")
             return False
         ctx.meter.errors_skipped += 1
         where = f" at item {pos}" if pos is not None else ""
         if not self.logged:
             self.logged = True
-            log.warning("stage %r skipped a failure%s: %r", ctx.name, where, exc)
+            log.warning("stage %r skipped a failure%s: %s", ctx.name, where, repr(exc))
         else:
-            log.debug("stage %r skipped a failure%s: %r", ctx.name, where, exc)
+            log.debug("stage %r skipped a failure%s: %s", ctx.name, where, repr(exc))
         return True
 
 
@@ -138,11 +142,12 @@ async def inline_map(
                     break
                 except Exception as e:
                     failed = pos + len(chunk) - length_hint(it) - 1
-                    if policy.skip(e, ctx, failed):
+                    item = chunk[failed - pos]
+                    if policy.skip(e, ctx, failed, item):
                         continue
                     if out:
                         yield out
-                    raise annotate(e, ctx.name, failed) from None
+                    raise annotate(e, ctx.name, failed, item) from None
             if pos == 0 and out and inspect.isawaitable(out[0]):
                 for a in out:
                     close = getattr(a, "close", None)
@@ -556,12 +561,13 @@ async def concurrent_map(
                 err = control_flow_error(e, ctx.name, pos)
                 window.release()
                 received += 1
-                if policy.skip(err, ctx, pos):
+                item = arg[0] if batched and len(arg) == 1 else arg if not batched else _NO_ITEM
+                if policy.skip(err, ctx, pos, item):
                     continue
                 if out:
                     yield out
                     out = []
-                raise annotate(err, ctx.name, pos) from err.__cause__
+                raise annotate(err, ctx.name, pos, item) from err.__cause__
             window.release()
             received += 1
             if not batched:
@@ -569,11 +575,11 @@ async def concurrent_map(
             for j, yj in enumerate(y):
                 if type(yj) is Failure:
                     assert yj.exc is not None
-                    if policy.skip(yj.exc, ctx, pos + j):
+                    if policy.skip(yj.exc, ctx, pos + j, arg[j]):
                         continue
                     if out:
                         yield out
-                    raise annotate(yj.exc, ctx.name, pos + j) from None
+                    raise annotate(yj.exc, ctx.name, pos + j, arg[j]) from None
                 if post is not None:
                     yj = post(arg[j], yj)
                     if yj is DROP:

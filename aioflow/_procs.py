@@ -1,20 +1,24 @@
-"""Process pools owned by a run: workers started safely, functions shipped by value.
+"""Process pools of ``executor="process"``: warm across epochs, driven from the loop.
 
-``executor="process"`` gives a stage a ``ProcessPool`` that belongs to the run (one per
-stage and run, shared by the stage's re-openings, e.g. under ``repeat``) and is shut
-down when the run ends. The pool is driven from the event loop, without threads: each
-worker has a socket that the loop watches (``add_reader``).
+A pool belongs to one stage (its ``Node``) and stays warm between the runs of the
+pipelines that hold that stage, as DataLoader's ``persistent_workers``: a run checks the
+node's idle pool out (or starts one), attaches it to its loop, and at its end detaches it
+and checks it back in (``_pool_life``). A pool is closed, its workers reaped, when
+``Pipeline.close()`` is called, when the node becomes unreachable (a ``weakref.finalize``),
+at interpreter exit, and at once when it is broken (a worker died), was closed meanwhile,
+or another run of the node already returned a pool.
 
-- Workers start with ``forkserver`` (``spawn`` where there is none), never a bare fork
-  of a parent that already runs threads and a loop. They ignore SIGINT and end as soon
-  as their socket reaches end-of-file, so they die with the parent (see ``_worker``).
-- Functions are cloudpickled once per stage and sent by value, so lambdas, closures and
-  functions of ``__main__``, a test module or a notebook cell work.
+- Workers are fresh interpreters started with ``subprocess`` (no fork of a parent that
+  runs threads and a loop); they load ``_worker`` alone and never the user's
+  ``__main__``, so a script without ``if __name__ == "__main__":`` works. They ignore
+  SIGINT and live in a process group of their own, and end as soon as their socket
+  reaches end-of-file, so they die with the parent, even a SIGKILLed one.
+- Functions are cloudpickled once per pool and sent by value (lambdas, closures, functions
+  of ``__main__``, a test module or a notebook cell); their code keeps its file name.
 - Items travel in batches sized from the measured call time (~``TASK_SECONDS`` of work
-  per message), so small items cost little IPC; in an ordered map each worker has a
-  second batch queued, so it never waits for the parent between batches.
-- Large numpy results come back through shared memory (``_worker``); every segment is
-  unlinked when received, and the pool unlinks any left by a dead worker when it closes.
+  per message), each item pickled on its own, so a bad one fails only itself; in an
+  ordered map each worker has a second batch queued. Sends never block the loop: the
+  socket is non-blocking and large buffers go through shared memory (``_worker``).
 - A worker that dies fails its calls with ``WorkerDied`` (pid, signal or exit code) and
   breaks the pool: later calls fail the same way, and the next run starts a fresh pool.
   With ``timeout``, a worker whose call runs too long is killed and replaced (its call
@@ -25,156 +29,148 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import multiprocessing as mp
 import os
 import pickle
 import signal
-import site
-import sys
-import sysconfig
-import threading
+import subprocess
 import weakref
 from collections import deque
 from collections.abc import Callable
 from functools import partial
 from time import monotonic, perf_counter
-from types import ModuleType
 from typing import Any
-
-import cloudpickle
 
 from . import _worker
 from ._meters import StageMeter
+from ._pool_life import checkout, release, ship_by_value, track
+from ._pool_wire import Worker
 from ._runtime import CHUNK_MAX, Ctx, Run
-from .errors import PipelineError, StageError, StageTimeout, WorkerDied
+from .errors import StageError, StageTimeout, WorkerDied, short_repr
 
-__all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool", "ship"]
+__all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool"]
 
 #: A batch of items sent to a worker should take about this long to compute.
 TASK_SECONDS = 0.01
-
-_pool_ids = itertools.count()
 _pools: weakref.WeakKeyDictionary[Run, dict[Any, ProcessPool]] = weakref.WeakKeyDictionary()
-_ship_lock = threading.Lock()
 
 
 def run_process_pool(
     ctx: Ctx, workers: int, timeout: float | None, ordered: bool = True
 ) -> ProcessPool:
-    """The process pool of this stage in this run (made on first use, closed at run end)."""
+    """The process pool of this stage in this run: the node's warm one, or a new one."""
     pools = _pools.setdefault(ctx.run, {})
     key = (ctx.meter.key, workers, timeout, ordered)
     pool = pools.get(key)
     if pool is None or pool.closed or pool.broken is not None:
         # a second batch queued per worker hides the round trip between batches; it
         # would wait behind a slow call, so unordered maps and timed calls go without
-        pool = pools[key] = ProcessPool(workers, ctx.name, timeout, queued=ordered)
-        pool.meter = ctx.meter
-        ctx.run.resources.append(pool.aclose)
+        config = (workers, timeout, ordered)
+        pool = checkout(ctx.node, config)
+        if pool is None:
+            pool = ProcessPool(workers, timeout, queued=ordered)
+            track(pool)
+        pool.node = weakref.ref(ctx.node)
+        pool.attach(ctx.name, ctx.meter)
+        pools[key] = pool
+        ctx.run.resources.append(partial(release, pool))
     return pool
-
-
-# -- shipping functions by value ------------------------------------------------------
-def ship(fn: Callable[..., Any]) -> bytes:
-    """Cloudpickle ``fn``; a top-level module of the user's own (a script, a test module)
-    is pickled by value too, so that workers need not import it."""
-    mod = _user_module(fn)
-    with _ship_lock:
-        if mod is not None:
-            cloudpickle.register_pickle_by_value(mod)
-        try:
-            return cloudpickle.dumps(fn, protocol=5)
-        finally:
-            if mod is not None:
-                cloudpickle.unregister_pickle_by_value(mod)
-
-
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    dirs.update(getattr(site, "getsitepackages", list)())
-    return tuple(os.path.realpath(d) + os.sep for d in dirs)
-
-
-def _user_module(fn: Any) -> ModuleType | None:
-    while isinstance(fn, partial):
-        fn = fn.func
-    name = getattr(fn, "__module__", None) or type(fn).__module__
-    if not name or "." in name or name in ("__main__", "builtins"):
-        return None  # cloudpickle already ships __main__ by value
-    mod = sys.modules.get(name)
-    path = getattr(mod, "__file__", None)
-    if mod is None or path is None or os.path.realpath(path).startswith(_library_dirs()):
-        return None
-    return mod
-
-
-def _context() -> Any:
-    if "forkserver" not in mp.get_all_start_methods():  # pragma: no cover - macOS, Windows
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    # preload the worker module in the fork server (no effect once it runs), so that
-    # each worker does not import aioflow and numpy again
-    from multiprocessing import forkserver
-
-    mods = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
-    if "aioflow._worker" not in mods:
-        ctx.set_forkserver_preload([*mods, "aioflow._worker"])
-    return ctx
 
 
 # -- the pool -------------------------------------------------------------------------
 class _Task:
-    __slots__ = ("fn_id", "fut", "id", "items", "n", "pos", "timer")
+    __slots__ = (
+        "batch", "entries", "failures", "fds", "fn_id", "fut", "id", "items", "n", "pos",
+        "timer",
+    )  # fmt: skip
 
-    def __init__(self, tid: int, fn_id: int, items: bytes, n: int, pos: int, fut: Any) -> None:
+    def __init__(self, tid: int, fn_id: int, items: list[Any], pos: int, fut: Any) -> None:
         self.id = tid
         self.fn_id = fn_id
         self.items = items
-        self.n = n
+        self.n = len(items)
         self.pos = pos
         self.fut: asyncio.Future[list[Any]] = fut
+        self.batch: Any = None  # the items pickled at once, or None: one by one
+        self.entries: list[Any] | None = None
+        self.fds: list[int] = []  # shared memory of its items, until sent
+        self.failures: dict[int, _worker.Failure] = {}  # items that could not be pickled
         self.timer: asyncio.TimerHandle | None = None
 
-
-class _Worker:
-    __slots__ = ("conn", "fns", "proc", "ready", "tasks")
-
-    def __init__(self, proc: Any, conn: Any) -> None:
-        self.proc = proc
-        self.conn = conn
-        self.ready = False
-        self.fns: set[int] = set()
-        self.tasks: deque[_Task] = deque()
+    def drop(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 class ProcessPool:
-    """Worker processes of one stage of one run, fed batches of items from the loop."""
+    """Worker processes of one stage, fed batches of items from the loop of a run."""
 
-    def __init__(
-        self, workers: int, stage: str, timeout: float | None, *, queued: bool = True
-    ) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.stage = stage
+    def __init__(self, workers: int, timeout: float | None, *, queued: bool = True) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None  # the run's, while attached
+        self.stage = ""
+        self.config = (workers, timeout, queued)
         self.timeout = timeout
         self.depth = 2 if queued and timeout is None else 1  # batches sent per worker
         self.slots = workers * self.depth  # batches in flight the stage may start
         # the stage holds up to 2 x slots batches (see concurrent_map): keep their items
         # within what ``map`` declares it holds, concurrency + CHUNK_MAX
         self.max_batch = max(1, (workers + CHUNK_MAX) // (2 * self.slots))
-        self.prefix = f"aioflow{os.getpid()}p{next(_pool_ids)}"
-        self.workers: list[_Worker] = []
-        self.graveyard: list[Any] = []  # dead or killed processes, joined at close
+        self.workers: list[Worker] = []
+        self.graveyard: list[subprocess.Popen[bytes]] = []  # dead or killed, to reap
         self.pending: deque[_Task] = deque()
         self.fns: list[tuple[Callable[..., Any], bytes]] = []
         self.broken: tuple[int | None, int | None, int | None] | None = None
         self.closed = False
+        self.retired = False  # Pipeline.close() while in use: close it when released
+        self.finalizer: Any = None  # while idle: closes it when its node goes
+        self.node: Any = None  # a weak reference to the stage's node
         self.item_seconds: float | None = None
         self.meter: StageMeter | None = None  # gets the workers' call time (busy time)
         self._ids = itertools.count()
-        self._mp = _context()
         for _ in range(workers):
             self._spawn()
+
+    # -- a run takes it, uses it, gives it back ----------------------------------------
+    def attach(self, stage: str, meter: StageMeter) -> None:
+        """Let the running loop drive the pool (until ``release``)."""
+        self.loop = asyncio.get_running_loop()
+        self.stage = stage
+        self.meter = meter
+        for w in self.workers:
+            w.watch(self.loop, self._on_readable)
+
+    def healthy(self) -> bool:
+        return (
+            not self.closed
+            and not self.retired
+            and self.broken is None
+            and all(w.alive() for w in self.workers)
+        )
+
+    async def release(self) -> None:
+        """End of a run: drop queued batches, let running ones finish (or kill their
+        workers after a short grace), and detach from the loop."""
+        for t in self.pending:
+            t.fut.cancel()
+            t.drop()
+        self.pending.clear()
+        deadline = monotonic() + self._grace()
+        while any(w.tasks for w in self.workers) and monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        for w in [w for w in self.workers if w.tasks]:
+            self._discard(w, kill=True)
+        for w in self.workers:
+            w.unwatch()
+        self.loop = None
+        self.meter = None
+        await self._reap(list(self.graveyard))
+        self.graveyard.clear()
+
+    def _grace(self) -> float:
+        if self.item_seconds is None or self.broken is not None:
+            return 0.05
+        queued = max((sum(t.n for t in w.tasks) for w in self.workers), default=0)
+        return min(1.0, 0.05 + 2 * queued * self.item_seconds)
 
     # -- used by the stage ------------------------------------------------------------
     def register(self, fn: Callable[..., Any]) -> int:
@@ -182,14 +178,7 @@ class ProcessPool:
         for i, (f, _) in enumerate(self.fns):
             if f is fn:
                 return i
-        try:
-            data = ship(fn)
-        except Exception as e:
-            raise PipelineError(
-                f"stage {self.stage!r}: the function cannot be sent to a worker process"
-                f" (executor='process' pickles it with cloudpickle): {e!r}"
-            ) from e
-        self.fns.append((fn, data))
+        self.fns.append((fn, ship_by_value(fn, self.stage)))
         return len(self.fns) - 1
 
     def batch_size(self) -> int:
@@ -202,69 +191,90 @@ class ProcessPool:
         """Run ``fn`` on ``items`` in a worker: a future of one result or Failure per item."""
         if self.broken is not None:
             raise self._died(pos, len(items), running=False)
+        assert self.loop is not None
+        task = _Task(next(self._ids), fn_id, items, pos, self.loop.create_future())
         try:
-            data = pickle.dumps(items, protocol=5)
+            task.batch = _worker.pack(items, task.fds)
         except Exception:
-            raise self._unpicklable(items, pos) from None
-        task = _Task(next(self._ids), fn_id, data, len(items), pos, self.loop.create_future())
+            self._one_by_one(task)
         self.pending.append(task)
         self._dispatch()
         return task.fut
 
-    async def aclose(self) -> None:
-        """Stop every worker (busy ones are killed), reap them, unlink stray segments."""
-        if self.closed:
-            return
+    def _one_by_one(self, task: _Task) -> None:
+        """Pickle a task's items each on its own: one that cannot go fails only itself."""
+        task.batch = None
+        task.entries = []
+        for j, x in enumerate(task.items):
+            try:
+                task.entries.append(_worker.pack(x, task.fds))
+            except Exception as e:
+                task.entries.append(None)
+                task.failures[j] = _worker.Failure(
+                    StageError(
+                        f"stage {self.stage!r}: item {task.pos + j} ({short_repr(x)}) cannot"
+                        f" be sent to a worker process: {e!r}",
+                        stage=self.stage,
+                    )
+                )
+
+    # -- closing ------------------------------------------------------------------------
+    def _shut(self) -> list[subprocess.Popen[bytes]]:
+        """Close every socket (idle workers end at once), kill busy ones; the processes."""
         self.closed = True
-        procs = list(self.graveyard)
         for t in self.pending:
             t.fut.cancel()
+            t.drop()
         self.pending.clear()
-        for w in self.workers:
-            busy = bool(w.tasks)
-            self._drop(w)  # closing its socket ends an idle worker
-            if busy:
-                w.proc.kill()
+        procs = list(self.graveyard)
+        for w in list(self.workers):
             procs.append(w.proc)
-        self.workers.clear()
+            self._discard(w, kill=bool(w.tasks))
+        self.graveyard.clear()
+        return procs
+
+    async def aclose(self) -> None:
+        """Stop every worker (busy ones are killed) and reap them, from the loop."""
+        if not self.closed:
+            await self._reap(self._shut())
+
+    def close_now(self) -> None:
+        """The same without a loop (an idle pool: finalizer, exit, ``Pipeline.close``)."""
+        if self.closed:
+            return
+        for p in self._shut():
+            try:
+                p.wait(2.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    @staticmethod
+    async def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
         deadline = monotonic() + 2.0
-        while any(p.exitcode is None for p in procs):
+        while any(p.poll() is None for p in procs):
             if monotonic() > deadline:
                 for p in procs:
-                    if p.exitcode is None:
+                    if p.poll() is None:
                         p.kill()
                 deadline = float("inf")
             await asyncio.sleep(0.005)
-        for p in procs:
-            p.join()
-            p.close()  # its sentinel fds now, not whenever the object is collected
-        for name in _worker.shm_dir_names(self.prefix):
-            _worker.unlink_shm(name)
 
     # -- workers ----------------------------------------------------------------------
     def _spawn(self) -> None:
-        parent_conn, child_conn = self._mp.Pipe(duplex=True)
-        proc = self._mp.Process(
-            target=_worker.main,
-            args=(child_conn, self.prefix),
-            name=f"aioflow-worker {self.stage}",
-            daemon=True,  # terminated by multiprocessing at exit if a run was never closed
-        )
-        proc.start()
-        child_conn.close()
-        w = _Worker(proc, parent_conn)
+        w = Worker.start()
         self.workers.append(w)
-        self.loop.add_reader(parent_conn.fileno(), self._on_readable, w)
-        # uvloop makes a watched fd non-blocking; the socket is read and written whole
-        # messages at a time (the worker's reader thread always drains it)
-        os.set_blocking(parent_conn.fileno(), True)
+        if self.loop is not None:
+            w.watch(self.loop, self._on_readable)
 
-    def _drop(self, w: _Worker) -> None:
-        self.loop.remove_reader(w.conn.fileno())
-        w.conn.close()
+    def _discard(self, w: Worker, *, kill: bool) -> None:
+        """Take a worker out of the pool: close its socket (and kill it, if busy)."""
+        w.close(kill=kill)
         for t in w.tasks:
             if t.timer is not None:
                 t.timer.cancel()
+        self.workers.remove(w)
+        self.graveyard.append(w.proc)
 
     def _dispatch(self) -> None:
         for level in range(self.depth):
@@ -274,75 +284,113 @@ class ProcessPool:
                 if w.ready and len(w.tasks) <= level:
                     self._send(w, self.pending.popleft())
 
-    def _send(self, w: _Worker, task: _Task) -> None:
+    def _send(self, w: Worker, task: _Task) -> None:
         if task.fut.done():  # cancelled before it was sent
+            task.drop()
             return
         fn = None if task.fn_id in w.fns else self.fns[task.fn_id][1]
-        try:
-            w.conn.send_bytes(pickle.dumps((task.id, task.fn_id, fn, task.items), protocol=5))
-        except OSError:  # the worker died; its end-of-file is on the way
-            self.pending.appendleft(task)
-            return
+        body = pickle.dumps((task.id, task.fn_id, fn, task.batch, task.entries), protocol=5)
+        w.post(body, task.fds)
+        task.fds = []
         w.fns.add(task.fn_id)
         w.tasks.append(task)
-        if self.timeout is not None:
+        if self.timeout is not None and self.loop is not None:
             task.timer = self.loop.call_later(self.timeout, self._expire, w, task)
 
-    def _on_readable(self, w: _Worker) -> None:
-        try:
-            header = w.conn.recv_bytes()
-            if header == b"ready":
-                w.ready = True
-                self._dispatch()
-                return
-            task_id, seconds, shm, sizes = pickle.loads(header)
-            payload = w.conn.recv_bytes()
-        except (EOFError, OSError):
+    def _on_readable(self, w: Worker) -> None:
+        msgs, eof = w.read()
+        for msg in msgs:
+            if w in self.workers:
+                self._on_message(w, *msg)
+            else:  # (lost meanwhile)
+                for fd in msg[1]:
+                    os.close(fd)
+        if eof and w in self.workers:
             self._lost(w)
-            return
-        task = w.tasks.popleft()
-        assert task.id == task_id, "worker answered out of order"
-        if task.timer is not None:
-            task.timer.cancel()
-        buffers = _worker.open_shm(shm, sizes) if shm else None
-        if self.meter is not None:  # time computing, not time queued behind a batch
-            self.meter.worker_done(w.proc.pid, perf_counter(), seconds)
-        per_item = seconds / task.n
-        s = self.item_seconds
-        self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item
-        if not task.fut.done():
-            try:
-                out = pickle.loads(payload, buffers=buffers)
-            except Exception as e:
-                task.fut.set_exception(
-                    StageError(
-                        f"stage {self.stage!r}: the results of items {task.pos}.."
-                        f"{task.pos + task.n - 1} could not be unpickled here: {e!r}",
-                        stage=self.stage,
-                    )
+
+    def _on_message(self, w: Worker, body: bytes, fds: deque[int]) -> None:
+        try:
+            if body == b"ready":
+                w.ready = True
+                return
+            task_id, seconds, kind, payload = pickle.loads(body)
+            task = w.tasks.popleft()
+            assert task.id == task_id, "worker answered out of order"
+            if task.timer is not None:
+                task.timer.cancel()
+            if kind is None:  # an item could not be loaded there: send them one by one
+                if not task.fut.done():
+                    self._one_by_one(task)
+                    self.pending.appendleft(task)
+                return
+            if self.meter is not None:  # time computing, not time queued behind a batch
+                self.meter.worker_done(w.proc.pid, perf_counter(), seconds)
+            per_item = seconds / task.n
+            s = self.item_seconds
+            self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item
+            if not task.fut.done():
+                task.fut.set_result(self._results(task, kind, payload, fds))
+        finally:
+            while fds:
+                os.close(fds.popleft())
+            self._dispatch()
+
+    def _results(self, task: _Task, kind: str, payload: Any, fds: deque[int]) -> list[Any]:
+        if kind == "items":
+            out = [self._result(task, j, e, fds) for j, e in enumerate(payload)]
+        else:
+            out = self._batch_results(task, payload, fds)
+        for j, f in task.failures.items():  # items that could not be sent
+            out[j] = f
+        return out
+
+    def _batch_results(self, task: _Task, payload: Any, fds: deque[int]) -> list[Any]:
+        try:
+            ys = _worker.unpack(payload, fds)
+        except Exception as e:
+            what = f"items {task.pos}..{task.pos + task.n - 1}" if task.n > 1 else task.pos
+            err = StageError(
+                f"stage {self.stage!r}: the results of {what} could not be unpickled here: {e!r}",
+                stage=self.stage,
+            )
+            return [_worker.Failure(err)] * task.n
+        return [self._failure(y) for y in ys]
+
+    def _result(self, task: _Task, j: int, entry: Any, fds: deque[int]) -> Any:
+        try:
+            y = _worker.unpack(entry, fds)
+        except Exception as e:
+            return _worker.Failure(
+                StageError(
+                    f"stage {self.stage!r}: the result of item {task.pos + j} could not be"
+                    f" unpickled here: {e!r}",
+                    stage=self.stage,
+
                 )
-            else:
-                task.fut.set_result([self._failure(y) for y in out])
-        self._dispatch()
+            )
+        return self._failure(y)
 
     def _failure(self, y: Any) -> Any:
         if type(y) is _worker.Failure and y.exc is None:
             y.exc = StageError(f"stage {self.stage!r}: {y.why}", stage=self.stage)
         return y
 
-    def _lost(self, w: _Worker) -> None:
+    def _lost(self, w: Worker) -> None:
         """A worker died on its own: fail its calls, and every later one (broken pool)."""
-        self._drop(w)
-        self.workers.remove(w)
-        self.graveyard.append(w.proc)
-        w.proc.join(1.0)
-        code = w.proc.exitcode
-        sig = -code if code is not None and code < 0 else None
+        tasks = list(w.tasks)
+        self._discard(w, kill=False)
+        try:
+            code = w.proc.wait(1.0)
+        except subprocess.TimeoutExpired:  # its socket closed, but it lingers: end it
+            w.proc.kill()
+            code = w.proc.wait()
+        sig = -code if code < 0 else None
         self.broken = (w.proc.pid, sig, code if sig is None else None)
-        for t in w.tasks:
+        for t in tasks:
             if not t.fut.done():
                 t.fut.set_exception(self._died(t.pos, t.n))
         for t in self.pending:
+            t.drop()
             if not t.fut.done():
                 t.fut.set_exception(self._died(t.pos, t.n, running=False))
         self.pending.clear()
@@ -361,16 +409,12 @@ class ProcessPool:
             exitcode=code,
         )
 
-    def _expire(self, w: _Worker, task: _Task) -> None:
+    def _expire(self, w: Worker, task: _Task) -> None:
         """A call ran past ``timeout``: kill its worker (never wait), start another."""
         if not w.tasks or w.tasks[0] is not task:
             return
-        w.tasks.popleft()
-        self._drop(w)
-        self.workers.remove(w)
-        w.proc.kill()
-        self.graveyard.append(w.proc)
-        self.pending.extendleft(reversed(w.tasks))  # not started yet: give them to others
+        w.tasks.popleft()  # (with a timeout, a worker has one batch at a time)
+        self._discard(w, kill=True)
         if not task.fut.done():
             task.fut.set_exception(
                 StageTimeout(
@@ -380,15 +424,3 @@ class ProcessPool:
             )
         if not self.closed:
             self._spawn()
-
-    def _unpicklable(self, items: list[Any], pos: int) -> StageError:
-        for j, x in enumerate(items):
-            try:
-                pickle.dumps(x, protocol=5)
-            except Exception as e:
-                return StageError(
-                    f"stage {self.stage!r}: item {pos + j} (a {type(x).__qualname__}) cannot"
-                    f" be sent to a worker process: {e!r}",
-                    stage=self.stage,
-                )
-        return StageError(f"stage {self.stage!r}: items cannot be pickled", stage=self.stage)

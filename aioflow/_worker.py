@@ -1,48 +1,68 @@
-"""The worker side of a ``"process"`` map: the loop that runs in each child process.
+"""The worker side of a ``"process"`` map, and the wire both sides speak.
 
-One socket per worker carries pickled messages:
+A worker is a fresh interpreter (``python -c``) that loads this file alone, without
+the ``aioflow`` package and without the user's ``__main__``: it never re-runs the user's
+script. One Unix socket per worker carries framed messages, each with the file
+descriptors it passes along (``SCM_RIGHTS``):
 
-- parent -> worker: ``(task_id, fn_id, fn_bytes or None, items_bytes)``; the function is
-  sent (cloudpickled) with the first task that needs it, then cached by ``fn_id``.
-- worker -> parent: a header ``(task_id, seconds, shm_name, sizes)`` then the results,
-  a list with one entry per item: the value, or a ``Failure``. They are pickled with
-  protocol 5: buffers of ``OOB_MIN`` bytes or more (numpy arrays) travel out of band in
-  one shared-memory segment per message, which the parent unlinks as soon as it maps it.
+- parent -> worker: first ``("init", sys_path)``, then tasks
+  ``(task_id, fn_id, fn or None, batch, entries)``; the function (cloudpickled, with its
+  name and the source lines of files the worker may lack) is sent with the first task
+  that needs it, then cached by ``fn_id``.
+- worker -> parent: ``b"ready"``, then per task ``(task_id, seconds, kind, payload)``.
 
-A reader thread takes tasks off the socket, so a parent's send never waits for a busy
-worker; when the socket reaches end-of-file (the parent closed it, or died, even by
-SIGKILL) the reader ends the process at once. Workers ignore SIGINT: Ctrl-C is the
-parent's business.
+A batch of items, or of results, is pickled at once (protocol 5) as ``(data, sizes)``:
+one pickle per message is what keeps small items cheap. A bad one fails only itself:
+when a batch cannot be pickled, or loaded in the worker (``kind`` is then ``None``:
+"send them one by one"), its items travel as ``entries``, each pickled on its own
+(``None`` for one the parent could not pickle); results the same way (``kind`` "items").
+Buffers of ``OOB_MIN`` bytes or more (numpy arrays) travel out of band, each in an
+anonymous shared-memory file of its own (``memfd_create``) whose descriptor goes with
+the message: there is no name to collide or to leak, the kernel frees the memory when
+the last mapping goes (even when a process is SIGKILLed), and a kept array pins only its
+own bytes. The receiver maps each one and closes the descriptor at once.
+
+A reader thread takes tasks off the socket; when the socket reaches end-of-file (the
+parent closed it, or died, even by SIGKILL) the reader ends the process at once.
+Workers ignore SIGINT: Ctrl-C is the parent's business.
 """
 
 from __future__ import annotations
 
-import itertools
+import array
+import functools
+import io
+import linecache
 import mmap
 import os
 import pickle
 import queue
 import signal
+import socket
+import struct
+import sys
 import threading
 import time
 import traceback
+import types
+from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 
-try:
-    import _posixshmem
-except ImportError:  # pragma: no cover - Windows: results always travel in the pickle
-    _posixshmem = None
+__all__ = ["MAX_FDS", "OOB_MIN", "Failure", "Inbox", "frame", "main", "pack", "unpack", "ship"]
 
-__all__ = ["OOB_MIN", "Failure", "main", "open_shm", "shm_dir_names", "unlink_shm"]
-
-#: Buffers this large or larger travel through shared memory instead of the socket.
-OOB_MIN = 16 * 1024
+#: Buffers this large or larger travel in shared memory of their own, not the socket.
+OOB_MIN = 64 * 1024
+#: At most this many descriptors go with one message (the kernel's limit is 253).
+MAX_FDS = 200
 #: A failure that could not be sent back is described by this header line.
 _UNSENDABLE = "could not be sent back from the worker process"
+_HEAD = struct.Struct("<QI")  # body length, number of descriptors
+_ANC = socket.CMSG_SPACE(253 * 4)
+_MEMFD = hasattr(os, "memfd_create")
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 
 
 class Failure:
@@ -58,53 +78,257 @@ class Failure:
         return (Failure, (self.exc, self.why))
 
 
-def main(conn: Connection, shm_prefix: str) -> None:
+# -- shipping functions: by value, with their real file names -------------------------
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, but code keeps its ``co_filename`` (tracebacks name the real file)."""
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file, protocol=5)
+        self.files: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, functools._lru_cache_wrapper):
+            fn = obj.__wrapped__
+            if not cloudpickle.cloudpickle._should_pickle_by_reference(fn):
+                # (pickled by name it would need the user's __main__ in the worker)
+                params = obj.cache_parameters()
+                return _lru_cached, (fn, params["maxsize"], params["typed"])
+        if type(obj) is types.CodeType:
+            fn, args = cloudpickle.cloudpickle._code_reduce(obj)
+            self.files.add(obj.co_filename)
+            real = obj.co_filename
+            dyn = "<dynamic-code>"
+            return fn, tuple(real if isinstance(a, str) and a == dyn else a for a in args)
+        return super().reducer_override(obj)
+
+
+def _lru_cached(fn: Callable[..., Any], maxsize: int | None, typed: bool) -> Any:
+    return functools.lru_cache(maxsize, typed)(fn)
+
+
+def ship(fn: Any) -> bytes:
+    """Cloudpickle ``fn`` with its name and the source lines of files a worker lacks."""
+    buf = io.BytesIO()
+    p = _Pickler(buf)
+    p.dump(fn)
+    lines = {f: linecache.getlines(f) for f in p.files if not os.path.exists(f)}
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return pickle.dumps((buf.getvalue(), {f: v for f, v in lines.items() if v}, name), 5)
+
+
+def _load_fn(blob: bytes) -> Callable[[Any], Any]:
+    data, lines, _ = pickle.loads(blob)
+    for f, v in lines.items():  # a notebook cell's source: tracebacks show its lines
+        linecache.cache[f] = (sum(map(len, v)), None, v, f)
+    fn: Callable[[Any], Any] = pickle.loads(data)
+    return fn
+
+
+# -- values with their buffers in shared memory ---------------------------------------
+def _memfd(raw: memoryview) -> int | None:
+    fd = os.memfd_create("aioflow", os.MFD_CLOEXEC)
+    try:
+        os.posix_fallocate(fd, 0, raw.nbytes)  # ENOSPC now rather than SIGBUS on write
+        with mmap.mmap(fd, raw.nbytes) as m:
+            m[:] = raw
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def pack(obj: Any, fds: list[int], dumps: Callable[..., bytes] = pickle.dumps) -> Any:
+    """``obj`` pickled as ``(data, sizes)``; its large buffers go into ``fds``."""
+    start = len(fds)
+    sizes: list[int] = []
+
+    def out_of_band(pb: pickle.PickleBuffer) -> bool:
+        raw = pb.raw()
+        if not _MEMFD or raw.nbytes < OOB_MIN or len(fds) >= MAX_FDS:
+            return True  # in band
+        fd = _memfd(raw)
+        if fd is None:  # no room for shared memory: send it through the socket
+            return True
+        fds.append(fd)
+        sizes.append(raw.nbytes)
+        return False
+
+    try:
+        return dumps(obj, protocol=5, buffer_callback=out_of_band), sizes
+    except BaseException:
+        for fd in fds[start:]:
+            os.close(fd)
+        del fds[start:]
+        raise
+
+
+def take(fds: deque[int], sizes: list[int]) -> list[memoryview]:
+    """Map the next ``len(sizes)`` descriptors (closing each): the buffers of one value."""
+    fds_of = [fds.popleft() for _ in sizes]
+    out = []
+    try:
+        for fd, n in zip(fds_of, sizes, strict=True):
+            out.append(memoryview(mmap.mmap(fd, n)))
+    finally:
+        for fd in fds_of:
+            os.close(fd)
+    return out
+
+
+def unpack(entry: Any, fds: deque[int]) -> Any:
+    data, sizes = entry
+    return pickle.loads(data, buffers=take(fds, sizes) if sizes else None)
+
+
+# -- the wire -------------------------------------------------------------------------
+def frame(body: bytes, nfds: int) -> bytes:
+    return _HEAD.pack(len(body), nfds) + body
+
+
+def scm(fds: list[int]) -> list[tuple[int, int, bytes]]:
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+
+
+class Inbox:
+    """Bytes and descriptors received on a socket, cut into messages."""
+
+    __slots__ = ("buf", "fds")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.fds: deque[int] = deque()
+
+    def recv(self, sock: socket.socket) -> bool:
+        """Read what is there (blocking or not); False at end-of-file."""
+        data, anc, _, _ = sock.recvmsg(1 << 18, _ANC, _CLOEXEC)
+        for level, kind, d in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(d[: len(d) - len(d) % fds.itemsize])
+                self.fds.extend(fds)
+        self.buf += data
+        return bool(data)
+
+    def pop(self) -> tuple[bytes, deque[int]] | None:
+        """The next whole message and its descriptors, if it has arrived."""
+        if len(self.buf) < _HEAD.size:
+            return None
+        n, k = _HEAD.unpack_from(self.buf)
+        end = _HEAD.size + n
+        if len(self.buf) < end or len(self.fds) < k:
+            return None
+        body = bytes(memoryview(self.buf)[_HEAD.size : end])
+        del self.buf[:end]
+        return body, deque(self.fds.popleft() for _ in range(k))
+
+    def close(self) -> None:
+        while self.fds:
+            os.close(self.fds.popleft())
+
+
+def _send(sock: socket.socket, body: bytes, fds: list[int]) -> None:
+    data = memoryview(frame(body, len(fds)))
+    try:
+        n = sock.sendmsg([data], scm(fds)) if fds else sock.send(data)
+        sock.sendall(data[n:])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# -- the worker process ---------------------------------------------------------------
+def main(fd: int) -> None:
     """The worker process: run tasks until the parent closes the socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
     tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    threading.Thread(target=_read, args=(conn, tasks), name="aioflow-read", daemon=True).start()
-    fns: dict[int, Callable[[Any], Any]] = {}
-    seq = itertools.count()
+    threading.Thread(target=_read, args=(sock, tasks), name="aioflow-read", daemon=True).start()
+    fns: dict[int, Callable[[Any], Any] | Failure] = {}
     try:
-        conn.send_bytes(b"ready")
+        _send(sock, b"ready", [])
     except OSError:  # the pool closed before this worker was up
         os._exit(0)
     while True:
-        msg = tasks.get()
-        task_id, fn_id, fn_bytes, items_bytes = msg
+        body, fds = tasks.get()
+        msg = pickle.loads(body)
+        if msg[0] == "init":
+            sys.path[:] = msg[1]
+            continue
+        task_id, fn_id, fn_blob, batch, entries = msg
         t0 = time.perf_counter()
-        try:
-            fn = fns.get(fn_id)
-            if fn is None:
-                fn = fns[fn_id] = cloudpickle.loads(fn_bytes)
-            items = pickle.loads(items_bytes)
-        except Exception as e:
-            out: list[Any] = [_failure(e, "loading the function or the items in the worker")]
+        fn = fns.get(fn_id)
+        if fn is None:
+            try:
+                fn = fns[fn_id] = _load_fn(fn_blob)
+            except Exception as e:
+                name = pickle.loads(fn_blob)[2]
+                fn = fns[fn_id] = _failure(e, f"loading the function {name!r}")
+        out_fds: list[int] = []
+        if batch is not None:
+            try:
+                items = unpack(batch, fds)
+            except Exception:  # some item cannot be loaded here: ask for them one by one
+                reply: Any = (task_id, 0.0, None, None)
+            else:
+                reply = (task_id, *_results([_apply(fn, x) for x in items], out_fds, t0))
         else:
-            out = []
-            for x in items:
-                try:
-                    out.append(fn(x))
-                except Exception as e:
-                    out.append(_failure(e))
-        dt = time.perf_counter() - t0
-        name = f"{shm_prefix}_{os.getpid()}_{next(seq)}"
-        header, payload = _pack(task_id, dt, out, name)
+            # (None: an item the parent could not pickle, and has the error of)
+            ys = [None if e is None else _apply(fn, _load(e, fds)) for e in entries]
+            reply = (task_id, *_results(ys, out_fds, t0))
+        while fds:
+            os.close(fds.popleft())
         try:
-            conn.send_bytes(header)
-            conn.send_bytes(payload)
+            _send(sock, pickle.dumps(reply, protocol=5), out_fds)
         except OSError:  # the parent is gone or closed the pool mid-task
-            unlink_shm(name)
             os._exit(0)
 
 
-def _read(conn: Connection, tasks: queue.SimpleQueue[Any]) -> None:
+def _load(entry: Any, fds: deque[int]) -> Any:
+    """One item sent on its own, or the ``Failure`` of loading it."""
     try:
-        while True:
-            tasks.put(pickle.loads(conn.recv_bytes()))
-    except (EOFError, OSError):
-        # the parent closed the socket or died: a busy worker must not outlive it
-        os._exit(0)
+        return unpack(entry, fds)
+    except Exception as e:  # (its descriptors are closed by now)
+        return _failure(e, "unpickling the item in the worker")
+
+
+def _apply(fn: Callable[[Any], Any] | Failure, x: Any) -> Any:
+    if type(fn) is Failure or type(x) is Failure:
+        return fn if type(fn) is Failure else x
+    try:
+        return fn(x)  # type: ignore[operator]
+    except Exception as e:
+        return _failure(e)
+
+
+def _results(ys: list[Any], fds: list[int], t0: float) -> tuple[float, str, Any]:
+    """(seconds, kind, payload): the results pickled at once (plain pickle, else
+    cloudpickle), or one by one so that one that cannot be sent fails only itself."""
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        try:
+            return time.perf_counter() - t0, "batch", pack(ys, fds, dumps)
+        except Exception:
+            pass
+    return time.perf_counter() - t0, "items", [_pack_one(y, fds) for y in ys]
+
+
+def _pack_one(y: Any, fds: list[int]) -> Any:
+    try:
+        return pack(y, fds, cloudpickle.dumps)
+    except Exception as e:
+        why = f"the result, a {type(y).__qualname__}, {_UNSENDABLE}: {e!r}"
+        return pack(Failure(None, why), fds, cloudpickle.dumps)
+
+
+def _read(sock: socket.socket, tasks: queue.SimpleQueue[Any]) -> None:
+    inbox = Inbox()
+    try:
+        while inbox.recv(sock):
+            while (msg := inbox.pop()) is not None:
+                tasks.put(msg)
+    except OSError:
+        pass
+    # the parent closed the socket or died: a busy worker must not outlive it
+    os._exit(0)
 
 
 def _failure(exc: BaseException, doing: str | None = None) -> Failure:
@@ -118,94 +342,3 @@ def _failure(exc: BaseException, doing: str | None = None) -> Failure:
     except Exception as e:
         return Failure(None, f"{type(exc).__qualname__}: {exc} ({_UNSENDABLE}: {e!r})\n{note}")
     return Failure(exc)
-
-
-def _pack(task_id: int, dt: float, out: list[Any], shm_name: str) -> tuple[bytes, bytes]:
-    """Pickle the results; large buffers go out of band into one shared-memory segment."""
-    bufs: list[pickle.PickleBuffer] = []
-
-    def out_of_band(pb: pickle.PickleBuffer) -> bool:
-        if _posixshmem is None or pb.raw().nbytes < OOB_MIN:
-            return True  # in band
-        bufs.append(pb)
-        return False
-
-    try:
-        payload = cloudpickle.dumps(out, protocol=5, buffer_callback=out_of_band)
-    except Exception:
-        bufs.clear()
-        out = [_sendable(y) for y in out]
-        payload = cloudpickle.dumps(out, protocol=5, buffer_callback=out_of_band)
-    sizes = [pb.raw().nbytes for pb in bufs]
-    if bufs:
-        try:
-            _to_shm(shm_name, bufs, sum(sizes))
-        except OSError:  # no room in /dev/shm: send everything through the socket
-            bufs.clear()
-            sizes = []
-            payload = cloudpickle.dumps(out, protocol=5)
-    header = pickle.dumps((task_id, dt, shm_name if bufs else None, sizes))
-    return header, payload
-
-
-def _sendable(y: Any) -> Any:
-    try:
-        cloudpickle.dumps(y, protocol=5)
-    except Exception as e:
-        return Failure(None, f"the result, a {type(y).__qualname__}, {_UNSENDABLE}: {e!r}")
-    return y
-
-
-def _to_shm(name: str, bufs: list[pickle.PickleBuffer], total: int) -> None:
-    assert _posixshmem is not None
-    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    try:
-        if hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, total)  # ENOSPC now rather than SIGBUS on write
-        else:  # pragma: no cover - macOS
-            os.ftruncate(fd, total)
-        with mmap.mmap(fd, total) as m:
-            off = 0
-            for pb in bufs:
-                raw = pb.raw()
-                m[off : off + raw.nbytes] = raw
-                off += raw.nbytes
-    except BaseException:
-        _posixshmem.shm_unlink("/" + name)
-        raise
-    finally:
-        os.close(fd)
-
-
-def open_shm(name: str, sizes: list[int]) -> list[memoryview]:
-    """(Parent side) map a result segment, unlink it at once, and split it into buffers."""
-    assert _posixshmem is not None
-    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
-    try:
-        _posixshmem.shm_unlink("/" + name)
-        m = mmap.mmap(fd, sum(sizes))
-    finally:
-        os.close(fd)
-    view = memoryview(m)
-    out = []
-    off = 0
-    for n in sizes:
-        out.append(view[off : off + n])
-        off += n
-    return out
-
-
-def shm_dir_names(prefix: str) -> list[str]:
-    """Names of the segments in /dev/shm that start with ``prefix`` (Linux; else [])."""
-    try:
-        return [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
-    except OSError:  # pragma: no cover - no /dev/shm
-        return []
-
-
-def unlink_shm(name: str) -> None:
-    if _posixshmem is not None:
-        try:
-            _posixshmem.shm_unlink("/" + name)
-        except FileNotFoundError:
-            pass

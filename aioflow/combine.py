@@ -197,6 +197,14 @@ async def _close_all(subs: Sequence[_Sub | None]) -> None:
         raise cancelled
 
 
+def _one_item(sub: Pipeline[Any]) -> bool:
+    """A one-item source (``read_npy(path)``): the read-ahead task of its ``_Sub`` is all
+    the concurrency it needs; a task and channel of its own would cost more than reading
+    a small file."""
+    node = sub._node
+    return not node.task and not node.inputs and node.card(()) == 1
+
+
 class _Opener:
     """Opens the sub-pipeline of each input element, in input order."""
 
@@ -228,7 +236,7 @@ class _Opener:
 
         s = _Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
-        if self.task and isinstance(sub, Pipeline):
+        if self.task and isinstance(sub, Pipeline) and not _one_item(sub):
             gen = self.ctx.open_task(sub, resume=resume, hook=s.hook)
         elif isinstance(sub, Pipeline):
             gen = self.ctx.open(sub, resume, s.hook)

@@ -29,6 +29,8 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import reprlib
+from typing import Any
 
 __all__ = [
     "AioflowError",
@@ -42,9 +44,13 @@ __all__ = [
     "WorkerDied",
     "annotate",
     "control_flow_error",
+    "short_repr",
 ]
 
 _NOTE_PREFIX = "aioflow: "
+_NO_ITEM: Any = object()
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 78
 
 
 class AioflowError(Exception):
@@ -186,20 +192,45 @@ class StateMismatch(AioflowError, ValueError):
     """Raised by ``p.iter(state=...)`` when the state was taken from another pipeline."""
 
 
-def annotate(exc: BaseException, stage: str, position: int | None = None) -> BaseException:
-    """Attach where an exception happened (stage, item position) as a note, once.
+def short_repr(x: Any, limit: int = 80) -> str:
+    """A repr of ``x`` of at most ``limit`` characters, for error notes.
 
-    The exception object itself is kept: callers re-raise the same object.
+    Example:
+        >>> short_repr("/data/part-00017/img_000123.npy")
+        "'/data/part-00017/img_000123.npy'"
+        >>> short_repr(list(range(1000)))
+        '[0, 1, 2, 3, 4, 5, ...]'
+        >>> len(short_repr("x" * 1000)) <= 80
+        True
+    """
+    try:
+        r = _repr.repr(x)
+    except Exception:
+        r = f"<{type(x).__qualname__} whose repr failed>"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def annotate(
+    exc: BaseException, stage: str, position: int | None = None, item: Any = _NO_ITEM
+) -> BaseException:
+    """Attach where an exception happened (stage, item position, the item) as a note, once.
+
+    The exception object itself is kept: callers re-raise the same object. ``item``, when
+    given, is the failing input, shown as a short repr (``short_repr``).
 
     Example:
         >>> e = annotate(ValueError("bad"), "map(parse)", 3)
         >>> e.__notes__
         ["aioflow: raised in stage 'map(parse)' at item 3"]
+        >>> annotate(ValueError("bad"), "map(load)", 1, "a.npy").__notes__
+        ["aioflow: raised in stage 'map(load)' at item 1, input 'a.npy'"]
     """
     notes = getattr(exc, "__notes__", None) or ()
     if any(n.startswith(_NOTE_PREFIX) for n in notes if isinstance(n, str)):
         return exc
     where = f" at item {position}" if position is not None else ""
+    if item is not _NO_ITEM:
+        where += f", input {short_repr(item)}"
     try:
         exc.add_note(f"{_NOTE_PREFIX}raised in stage {stage!r}{where}")
     except Exception:  # pragma: no cover - an exception type that refuses notes

@@ -110,8 +110,10 @@ class Pipeline(Generic[T]):
         """Apply ``fn`` to every item.
 
         ``fn`` may be sync or ``async``. With ``executor=None`` a sync ``fn`` runs inline
-        on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` and
-        ``"process"`` run it in a pool the run owns (``concurrency`` workers), and any
+        on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` runs it
+        in a pool the run owns, ``"process"`` in ``concurrency`` worker processes that
+        stay warm across this pipeline's runs until ``close()`` (``fn`` is shipped by
+        value; workers never run your ``__main__``), and any
         ``concurrent.futures.Executor`` (the caller's, kept open) works too.
         ``ordered=False`` yields results in completion order. ``on_error`` is
         ``"raise"``, ``"skip"`` or an int max_failures; ``timeout`` bounds one call.
@@ -866,6 +868,32 @@ class Pipeline(Generic[T]):
 
     def __aiter__(self) -> AsyncPipelineIterator[T]:
         return self.aiter()
+
+    def close(self) -> None:
+        """Stop the worker processes this pipeline keeps warm between its runs.
+
+        A ``"process"`` map keeps its pool of workers alive after a run, for the next run
+        of the same pipeline (DataLoader's ``persistent_workers``): later epochs start at
+        once. ``close()`` stops the idle pools of every stage of ``p`` now (a pool in use
+        stops when its run ends); ``with p:`` calls it on leaving the block. Without it,
+        the pools stop when ``p`` becomes unreachable, or at interpreter exit. ``p`` stays
+        usable: its next run starts fresh workers.
+
+        Example:
+            >>> import aioflow as af
+            >>> with af.range(4).map(abs, executor="process") as p:
+            ...     p.to_list(), p.to_list()  # the second epoch reuses the workers
+            ([0, 1, 2, 3], [0, 1, 2, 3])
+        """
+        from ._pool_life import close_nodes_pools
+
+        close_nodes_pools(self)
+
+    def __enter__(self) -> Pipeline[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def to_list(self) -> list[T]:
         """Run the pipeline once and return its items (works inside a running loop too).

@@ -42,15 +42,15 @@ def _alive(pid: int) -> bool:
 
 
 def workers() -> list[int]:
-    """Pids of the live worker processes of this process (the fork server's children)."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    try:
-        kids = psutil.Process(server).children()
-    except (psutil.NoSuchProcess, ValueError):
-        return []
-    return [c.pid for c in kids if _alive(c.pid)]
+    """Pids of the live worker processes of this process (children running ``_worker``)."""
+    out = []
+    for c in psutil.Process().children():
+        try:
+            if "_worker.py" in " ".join(c.cmdline()) and _alive(c.pid):
+                out.append(c.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
 
 
 def still_alive(pids: object, deadline: float = 5.0) -> list[int]:
@@ -91,22 +91,26 @@ def _check_boom(e: BaseException, got: list[int]) -> None:
 def test_a_process_function_raising_reaches_a_sync_consumer_as_its_own_type():
     got: list[int] = []
     t0 = time.monotonic()
+    p = af.range(1000).map(fns.fail_at_20, **PROCESS)
     with pytest.raises(Boom) as info:
-        for x in af.range(1000).map(fns.fail_at_20, **PROCESS).iter(timeout=5):
+        for x in p.iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 5
     _check_boom(info.value, got)
+    p.close()  # the exception's frames keep p, and its warm pool, alive
     assert still_alive(workers()) == []
 
 
 async def test_a_process_function_raising_reaches_an_async_consumer_as_its_own_type():
     got: list[int] = []
+    p = af.range(1000).map(fns.fail_at_20, **PROCESS)
     with pytest.raises(Boom) as info:
         async with asyncio.timeout(5):
-            async for x in af.range(1000).map(fns.fail_at_20, **PROCESS):
+            async for x in p:
                 got.append(x)
     _check_boom(info.value, got)
     await settle()
+    p.close()
     assert still_alive(workers()) == []
 
 
@@ -180,6 +184,7 @@ def test_a_worker_hanging_past_timeout_raises_stage_timeout_and_is_killed():
     assert f"worker process {hung} was killed" in str(info.value)
     assert "map(hang_at_1)" in str(info.value) and "item 1" in str(info.value)
     assert still_alive([hung]) == []
+    p.close()
     assert still_alive(workers()) == []
 
 
@@ -196,6 +201,7 @@ def test_a_hung_worker_is_killed_at_the_timeout_not_when_the_run_ends():
         assert still_alive([hung]) == []  # while the run still goes on
         assert next(it)[0] == 3
         assert it.stats()["map(hang_at_1)"].errors_skipped == 1
+    p.close()  # the run is over; its pool stays warm until then
     assert still_alive([fresh]) == []
 
 
@@ -324,12 +330,14 @@ TWO_FAILING = {
 def test_two_stages_failing_with_a_process_stage_surface_the_first_in_stream_order(make, args):
     got: list[int] = []
     t0 = time.monotonic()
+    p = make()
     with pytest.raises(Boom) as info:
-        for x in make().iter(timeout=5):
+        for x in p.iter(timeout=5):
             got.append(x)
     assert time.monotonic() - t0 < 5
     assert info.value.args == args
     assert got == [0, 1, 2, 3, 4]
+    p.close()
     assert still_alive(workers()) == []
 
 
@@ -343,4 +351,5 @@ def test_a_worker_dying_downstream_of_a_failing_process_stage_surfaces_first():
     assert time.monotonic() - t0 < 5
     assert info.value.stage == "map(kill_self_at_3)" and info.value.signal == signal.SIGKILL
     assert got == list(range(len(got))) and len(got) <= 3
+    p.close()
     assert still_alive(workers()) == []

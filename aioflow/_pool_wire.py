@@ -1,0 +1,153 @@
+"""One worker process of a ``ProcessPool`` and its socket, seen from the parent.
+
+``Worker.start`` launches a fresh interpreter that loads ``_worker.py`` alone (never the
+user's ``__main__``), in a process group of its own (Ctrl-C in a terminal is for the
+parent alone), with one end of a Unix socket pair. The parent's end is non-blocking:
+``post`` queues a framed message (with the descriptors it passes) and sends what the
+socket takes now; the loop's writer callback sends the rest, so a send never blocks the
+loop. ``read`` takes every whole message that has arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from . import _worker
+
+__all__ = ["Worker"]
+
+#: What a worker runs: ``_worker`` loaded from its file, without the aioflow package.
+_BOOT = (
+    "import importlib.util as u, sys\n"
+    "s = u.spec_from_file_location('aioflow._worker', sys.argv[1])\n"
+    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
+    "m.main(int(sys.argv[2]))\n"
+)
+
+
+class Worker:
+    """A worker process, its socket, and the batches it was sent (``tasks``)."""
+
+    __slots__ = ("fns", "inbox", "loop", "out", "proc", "ready", "sock", "tasks", "writing")
+
+    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self.proc = proc
+        self.sock = sock
+        self.ready = False
+        self.writing = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.fns: set[int] = set()
+        self.tasks: deque[Any] = deque()
+        self.inbox = _worker.Inbox()
+        self.out: deque[list[Any]] = deque()  # [frame bytes left, descriptors] to send
+
+    @classmethod
+    def start(cls) -> Worker:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, *flags, "-c", _BOOT, _worker.__file__, str(child.fileno())],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+            )
+        finally:
+            child.close()
+        parent.setblocking(False)
+        w = cls(proc, parent)
+        w.post(pickle.dumps(("init", sys.path), protocol=5), [])
+        return w
+
+    def alive(self) -> bool:
+        """Whether the process runs and its socket is open (checked before a run)."""
+        if self.proc.poll() is not None:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except (BlockingIOError, InterruptedError):
+            return True  # nothing to read: open
+        except OSError:
+            return False
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_readable: Callable[[Worker], Any]) -> None:
+        """Let ``loop`` call ``on_readable(self)`` when messages arrive, and send for us."""
+        self.loop = loop
+        loop.add_reader(self.sock.fileno(), on_readable, self)
+        self.writing = False
+        self.flush()
+
+    def unwatch(self) -> None:
+        if self.loop is not None and self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+            self.loop.remove_writer(self.sock.fileno())
+        self.loop = None
+        self.writing = False
+
+    def close(self, *, kill: bool) -> None:
+        """Close the socket (an idle worker then exits) and drop what was not sent."""
+        self.unwatch()
+        self.sock.close()
+        self.inbox.close()
+        for _, fds in self.out:
+            for fd in fds:
+                os.close(fd)
+        self.out.clear()
+        if kill:
+            self.proc.kill()
+
+    def post(self, body: bytes, fds: list[int]) -> None:
+        """Send a message (the descriptors are closed once sent)."""
+        self.out.append([memoryview(_worker.frame(body, len(fds))), fds])
+        if not self.writing:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what the socket takes now; the loop calls again when it takes more."""
+        while self.out:
+            entry = self.out[0]
+            data, fds = entry
+            try:
+                n = self.sock.sendmsg([data], _worker.scm(fds)) if fds else self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # the worker is gone: its end-of-file is on the way
+                return
+            for fd in fds:
+                os.close(fd)
+            entry[1] = []
+            if n < len(data):
+                entry[0] = data[n:]
+            else:
+                self.out.popleft()
+        want = bool(self.out)
+        if want != self.writing and self.loop is not None:
+            if want:
+                self.loop.add_writer(self.sock.fileno(), self.flush)
+            else:
+                self.loop.remove_writer(self.sock.fileno())
+            self.writing = want
+
+    def read(self) -> tuple[list[tuple[bytes, deque[int]]], bool]:
+        """The whole messages that arrived, and whether the socket reached end-of-file."""
+        eof = False
+        try:
+            while self.inbox.recv(self.sock):
+                pass
+            eof = True
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            eof = True
+        msgs = []
+        while (msg := self.inbox.pop()) is not None:
+            msgs.append(msg)
+        return msgs, eof
