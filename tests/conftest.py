@@ -135,11 +135,16 @@ async def assert_no_pending_tasks(deadline: float = 2.0) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _warm_up_event_loops() -> None:
     """Process-wide things opened on first use belong before any baseline: uvloop's
-    (libuv's) pipe, and multiprocessing's fork server with its pipe."""
+    (libuv's) pipe, and multiprocessing's resource tracker with its pipe (aioflow's own
+    workers do not use multiprocessing, but Dask's nanny does when it starts a worker)."""
+    from multiprocessing import resource_tracker
+
     import aioflow as af
 
     assert af.range(1).to_list() == [0]
-    assert af.range(2).map(abs, executor="process").to_list() == [0, 1]
+    with af.range(2).map(abs, executor="process") as p:
+        assert p.to_list() == [0, 1]
+    resource_tracker.ensure_running()
     if uvloop is not None:
         loop = uvloop.new_event_loop()
         loop.run_until_complete(asyncio.sleep(0))
