@@ -487,7 +487,11 @@ async def concurrent_map(
             fut = asyncio.ensure_future(calls.start(arg, pos))
         except Exception as e:  # the call failed before it could start (a sync fn)
             fut = loop.create_future()
-            fut.set_exception(control_flow_error(e, ctx.name, pos))
+            # annotated where it is delivered, with the item: a control-flow exception only
+            # becomes a StageError here (it cannot be set on a future as itself)
+            fut.set_exception(
+                control_flow_error(e, ctx.name, pos) if isinstance(e, StopIteration) else e
+            )
         inflight.add(fut)
         fut.add_done_callback(done)
         if ordered:
@@ -558,10 +562,10 @@ async def concurrent_map(
             except (Exception, asyncio.CancelledError) as e:
                 if isinstance(e, asyncio.CancelledError) and cancelling():
                     raise  # the run's own cancellation; else the call's (a user's) error
-                err = control_flow_error(e, ctx.name, pos)
+                item = arg[0] if batched and len(arg) == 1 else arg if not batched else _NO_ITEM
+                err = control_flow_error(e, ctx.name, pos, item)
                 window.release()
                 received += 1
-                item = arg[0] if batched and len(arg) == 1 else arg if not batched else _NO_ITEM
                 if policy.skip(err, ctx, pos, item):
                     continue
                 if out:

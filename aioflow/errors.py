@@ -239,7 +239,7 @@ def annotate(
 
 
 def control_flow_error(
-    exc: BaseException, stage: str, position: int | None = None
+    exc: BaseException, stage: str, position: int | None = None, item: Any = _NO_ITEM
 ) -> BaseException:
     """What a user function's exception becomes on its way to the consumer.
 
@@ -257,7 +257,7 @@ def control_flow_error(
         True
     """
     if not isinstance(exc, StopIteration | StopAsyncIteration | asyncio.CancelledError):
-        return annotate(exc, stage, position)
+        return annotate(exc, stage, position, item)
     where = f" at item {position}" if position is not None else ""
     what = type(exc).__name__
     err = StageError(f"stage {stage!r}: the function raised {what}{where}", stage=stage)
