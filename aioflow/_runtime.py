@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
 import threading
 from collections import deque
@@ -159,6 +158,33 @@ INFINITE_CARD = -1
 UNKNOWN_CARD = -2
 
 
+
+class OpenCount:
+    """How many times a node was opened: ``next()`` counts (thread-safe), ``peek()`` looks.
+
+    It pickles and copies as its value (a ``distribute`` job ships nodes to workers;
+    pickling an ``itertools.count`` is deprecated since Python 3.12).
+    """
+
+    __slots__ = ("_lock", "_n")
+
+    def __init__(self, start: int = 0) -> None:
+        self._n = start
+        self._lock = threading.Lock()
+
+    def __next__(self) -> int:
+        with self._lock:
+            n = self._n
+            self._n = n + 1
+            return n
+
+    def peek(self) -> int:
+        """The index the next opening will get."""
+        return self._n
+
+    def __reduce__(self) -> tuple[type[OpenCount], tuple[int]]:
+        return (OpenCount, (self._n,))
+
 @dataclass(frozen=True, eq=False)
 class Node:
     """One operator of a pipeline description (immutable)."""
@@ -176,7 +202,7 @@ class Node:
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
     splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
     resume: Any = None  # how its state is taken when resuming: see _state.py
-    opens: itertools.count = field(default_factory=itertools.count, compare=False)
+    opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
 
 
 class Channel:

@@ -213,8 +213,6 @@ def refuse_inexact(pipeline: Pipeline[Any]) -> None:
 
 def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
     """The open indexes a run of ``pipeline`` started now would give its nodes."""
-    import copy
-
     from ._runtime import _number_nodes
 
     out: dict[int, int] = {}
@@ -224,7 +222,7 @@ def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
         node = stack.pop()._node
         no = nums[id(node)]
         if no not in out:
-            out[no] = next(copy.copy(node.opens))  # a peek: the node's own count is untouched
+            out[no] = node.opens.peek()
             stack.extend(node.inputs)
     return out
 
