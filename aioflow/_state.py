@@ -315,7 +315,11 @@ def taking(n: int) -> Callable[[Any, int], tuple[Any, int]]:
 
     def resume(prev: Any, k: int) -> tuple[Any, int]:
         left = n if prev is None else int(prev["left"])
-        return {"left": left if left < 0 else left - k}, k
+        if left < 0:  # take(-1): all of them
+            return {"left": left}, k
+        # ``k`` may overshoot what was taken: a short last batch below counts as a full one
+        k = min(k, left)
+        return {"left": left - k}, k
 
     return resume
 

@@ -538,3 +538,13 @@ def test_the_fingerprint_is_the_same_in_another_process():
         for seed in (1, 2, 3)
     }
     assert len(prints) == 1
+
+
+def test_a_take_ended_under_a_short_last_batch_resumes_to_nothing_more():
+    # found by hypothesis: batch counts its short last batch as a full one, so take(1)
+    # was told 2 items had passed and saved left=-1, which means "take all"
+    def make():
+        return af.from_source(range(3), seed=3).take(1).batch(2, collate=list).map(sum)
+
+    head, state = interrupted(make, 1)
+    assert head == [0] and resumed(make, state) == []
