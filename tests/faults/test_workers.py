@@ -271,9 +271,12 @@ async def test_a_dropped_async_iterator_of_a_process_map_joins_workers_and_frees
 @pytest.mark.parametrize("fn", [fns.slow_pid, fns.hang_after_0], ids=["busy", "hung-calls"])
 async def test_cancelling_the_consumer_of_a_process_map_stops_its_workers(fn):
     first = asyncio.Event()
+    # the pipeline keeps its pool warm across runs: the test holds it, and releases it at
+    # the end (when it becomes unreachable instead depends on the interpreter's frames)
+    p = af.range(10**6).map(fn, **PROCESS)
 
     async def consume() -> None:
-        async with af.range(10**6).map(fn, **PROCESS).aiter() as it:
+        async with p.aiter() as it:
             async for _ in it:
                 first.set()
 
@@ -287,6 +290,7 @@ async def test_cancelling_the_consumer_of_a_process_map_stops_its_workers(fn):
         await asyncio.wait_for(task, 5)
     assert time.monotonic() - t0 < 5
     await settle()
+    p.close()
     assert still_alive(pids) == []
 
 
