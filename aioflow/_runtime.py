@@ -734,18 +734,25 @@ class Run:
         )
 
 
-def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
-    """Number the nodes of a graph in a fixed order (depth first from the sink)."""
-    out: dict[int, int] = {}
+def graph_nodes(root: Pipeline[Any]) -> list[Node]:
+    """The nodes of a graph, each once, in a fixed order (depth first from the sink).
+
+    Without recursion: a chain may be longer than the recursion limit.
+    """
+    out: dict[int, Node] = {}
     stack = [root]
     while stack:
-        p = stack.pop()
-        node = p._node
+        node = stack.pop()._node
         if id(node) in out:
             continue
-        out[id(node)] = len(out)
+        out[id(node)] = node
         stack.extend(reversed(node.inputs))
-    return out
+    return list(out.values())
+
+
+def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
+    """Number the nodes of a graph in ``graph_nodes``' order."""
+    return {id(node): i for i, node in enumerate(graph_nodes(root))}
 
 
 async def _pump(

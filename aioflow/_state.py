@@ -198,17 +198,13 @@ def check_state(
 
 def refuse_inexact(pipeline: Pipeline[Any]) -> None:
     """Raise ``PipelineError`` if a stage of the pipeline cannot be resumed exactly."""
-    stack, seen = [pipeline], set()
-    while stack:
-        node = stack.pop()._node
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    from ._runtime import graph_nodes
+
+    for node in graph_nodes(pipeline):
         if isinstance(node.resume, Refuse):
             raise PipelineError(
                 f"cannot take a resumable state: stage {node.name!r} {node.resume.why}"
             )
-        stack.extend(node.inputs)
 
 
 def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:

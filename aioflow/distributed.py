@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from ._meters import StageMeter
-from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, graph_nodes
 from .errors import PipelineError, StageError
 
 if TYPE_CHECKING:
@@ -45,16 +45,7 @@ __all__ = ["build_distribute", "job_of", "run_split"]
 
 def _leaf(upstream: Pipeline[Any]) -> Node:
     """The one source of the part to distribute; it must be splittable."""
-    leaves: dict[int, Node] = {}
-    stack, seen = [upstream], set()
-    while stack:
-        node = stack.pop()._node
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if not node.inputs:
-            leaves[id(node)] = node
-        stack.extend(node.inputs)
+    leaves = {id(node): node for node in graph_nodes(upstream) if not node.inputs}
     names = ", ".join(sorted(n.name for n in leaves.values()))
     if len(leaves) != 1:
         raise PipelineError(
