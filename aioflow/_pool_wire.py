@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -47,7 +46,7 @@ class Worker:
         self.fns: set[int] = set()
         self.tasks: deque[Any] = deque()
         self.inbox = _worker.Inbox()
-        self.out: deque[list[Any]] = deque()  # [frame bytes left, descriptors] to send
+        self.out: deque[list[Any]] = deque()  # [parts left to send, descriptors]
 
     @classmethod
     def start(cls) -> Worker:
@@ -64,7 +63,7 @@ class Worker:
             child.close()
         parent.setblocking(False)
         w = cls(proc, parent)
-        w.post(pickle.dumps(("init", sys.path), protocol=5), [])
+        w.post(("init", sys.path), [])
         return w
 
     def alive(self) -> bool:
@@ -104,9 +103,10 @@ class Worker:
         if kill:
             self.proc.kill()
 
-    def post(self, body: bytes, fds: list[int]) -> None:
-        """Send a message (the descriptors are closed once sent)."""
-        self.out.append([memoryview(_worker.frame(body, len(fds))), fds])
+    def post(self, obj: Any, fds: list[int]) -> None:
+        """Send ``obj`` (``_worker.encode``; the descriptors are closed once sent)."""
+        parts = _worker.encode(obj)
+        self.out.append([[_worker.header(parts, len(fds)), *parts], fds])
         if not self.writing:
             self.flush()
 
@@ -114,9 +114,9 @@ class Worker:
         """Send what the socket takes now; the loop calls again when it takes more."""
         while self.out:
             entry = self.out[0]
-            data, fds = entry
+            parts, fds = entry
             try:
-                n = self.sock.sendmsg([data], _worker.scm(fds)) if fds else self.sock.send(data)
+                n = self.sock.sendmsg(parts, _worker.scm(fds)) if fds else self.sock.sendmsg(parts)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:  # the worker is gone: its end-of-file is on the way
@@ -124,9 +124,8 @@ class Worker:
             for fd in fds:
                 os.close(fd)
             entry[1] = []
-            if n < len(data):
-                entry[0] = data[n:]
-            else:
+            entry[0] = _worker.sent(parts, n)
+            if not entry[0]:
                 self.out.popleft()
         want = bool(self.out)
         if want != self.writing and self.loop is not None:
@@ -136,18 +135,15 @@ class Worker:
                 self.loop.remove_writer(self.sock.fileno())
             self.writing = want
 
-    def read(self) -> tuple[list[tuple[bytes, deque[int]]], bool]:
+    def read(self) -> tuple[list[tuple[bytes | bytearray, deque[int]]], bool]:
         """The whole messages that arrived, and whether the socket reached end-of-file."""
-        eof = False
-        try:
-            while self.inbox.recv(self.sock):
-                pass
-            eof = True
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            eof = True
         msgs = []
-        while (msg := self.inbox.pop()) is not None:
-            msgs.append(msg)
-        return msgs, eof
+        try:
+            while more := self.inbox.recv(self.sock):
+                while (msg := self.inbox.pop()) is not None:
+                    msgs.append(msg)
+        except (BlockingIOError, InterruptedError):
+            more = True
+        except OSError:
+            more = False
+        return msgs, not more

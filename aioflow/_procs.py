@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import pickle
 import signal
 import subprocess
 import weakref
@@ -277,7 +276,10 @@ class ProcessPool:
         self.graveyard.append(w.proc)
 
     def _dispatch(self) -> None:
-        for level in range(self.depth):
+        # a second batch queues behind a busy worker only once every worker is up: one
+        # still starting gets the next batch first (a fresh pool's calls run side by side)
+        depth = self.depth if all(w.ready for w in self.workers) else 1
+        for level in range(depth):
             for w in self.workers:
                 if not self.pending:
                     return
@@ -289,8 +291,7 @@ class ProcessPool:
             task.drop()
             return
         fn = None if task.fn_id in w.fns else self.fns[task.fn_id][1]
-        body = pickle.dumps((task.id, task.fn_id, fn, task.batch, task.entries), protocol=5)
-        w.post(body, task.fds)
+        w.post((task.id, task.fn_id, fn, task.batch, task.entries), task.fds)
         task.fds = []
         w.fns.add(task.fn_id)
         w.tasks.append(task)
@@ -308,12 +309,12 @@ class ProcessPool:
         if eof and w in self.workers:
             self._lost(w)
 
-    def _on_message(self, w: Worker, body: bytes, fds: deque[int]) -> None:
+    def _on_message(self, w: Worker, body: bytes | bytearray, fds: deque[int]) -> None:
         try:
             if body == b"ready":
                 w.ready = True
                 return
-            task_id, seconds, kind, payload = pickle.loads(body)
+            task_id, seconds, kind, payload = _worker.decode(body)
             task = w.tasks.popleft()
             assert task.id == task_id, "worker answered out of order"
             if task.timer is not None:

@@ -30,6 +30,7 @@ Workers ignore SIGINT: Ctrl-C is the parent's business.
 from __future__ import annotations
 
 import array
+import contextlib
 import functools
 import io
 import linecache
@@ -51,10 +52,25 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["MAX_FDS", "OOB_MIN", "Failure", "Inbox", "frame", "main", "pack", "unpack", "ship"]
+__all__ = [
+    "MAX_FDS",
+    "OOB_MIN",
+    "Failure",
+    "Inbox",
+    "decode",
+    "encode",
+    "header",
+    "main",
+    "pack",
+    "sent",
+    "ship",
+    "unpack",
+]
 
 #: Buffers this large or larger travel in shared memory of their own, not the socket.
 OOB_MIN = 64 * 1024
+#: Each side's socket send buffer: a batch of results goes out without waiting for reads.
+SOCKET_BUFFER = 4 << 20
 #: At most this many descriptors go with one message (the kernel's limit is 253).
 MAX_FDS = 200
 #: A failure that could not be sent back is described by this header line.
@@ -63,6 +79,7 @@ _HEAD = struct.Struct("<QI")  # body length, number of descriptors
 _ANC = socket.CMSG_SPACE(253 * 4)
 _MEMFD = hasattr(os, "memfd_create")
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_IN_PLACE = 1 << 16
 
 
 class Failure:
@@ -154,7 +171,7 @@ def pack(obj: Any, fds: list[int], dumps: Callable[..., bytes] = pickle.dumps) -
         return False
 
     try:
-        return dumps(obj, protocol=5, buffer_callback=out_of_band), sizes
+        return pickle.PickleBuffer(dumps(obj, protocol=5, buffer_callback=out_of_band)), sizes
     except BaseException:
         for fd in fds[start:]:
             os.close(fd)
@@ -181,8 +198,25 @@ def unpack(entry: Any, fds: deque[int]) -> Any:
 
 
 # -- the wire -------------------------------------------------------------------------
-def frame(body: bytes, nfds: int) -> bytes:
-    return _HEAD.pack(len(body), nfds) + body
+def encode(obj: Any) -> list[Any]:
+    """``obj`` as the parts of a message body: its pickle, then the ``PickleBuffer``
+    objects in it (a batch's ``data``) as they are, so that no part is copied into another."""
+    bufs: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    raws = [b.raw() for b in bufs]
+    return [struct.pack(f"<I{len(raws)}Q", len(raws), *(r.nbytes for r in raws)), data, *raws]
+
+
+def decode(body: bytes | bytearray) -> Any:
+    """The object ``encode`` made the parts of ``body`` from (its buffers are views)."""
+    view = memoryview(body)
+    (k,) = struct.unpack_from("<I", view)
+    end = len(view)
+    bufs = []
+    for n in reversed(struct.unpack_from(f"<{k}Q", view, 4)):
+        bufs.append(view[end - n : end])
+        end -= n
+    return pickle.loads(view[4 + 8 * k : end], buffers=reversed(bufs))
 
 
 def scm(fds: list[int]) -> list[tuple[int, int, bytes]]:
@@ -190,34 +224,61 @@ def scm(fds: list[int]) -> list[tuple[int, int, bytes]]:
 
 
 class Inbox:
-    """Bytes and descriptors received on a socket, cut into messages."""
+    """Bytes and descriptors received on a socket, cut into messages.
 
-    __slots__ = ("buf", "fds")
+    A body of ``_IN_PLACE`` bytes or more is received straight into a buffer of its own
+    (no copy from the bytes read ahead); ``pop`` after every ``recv``.
+    """
+
+    __slots__ = ("big", "buf", "fds", "got")
 
     def __init__(self) -> None:
         self.buf = bytearray()
         self.fds: deque[int] = deque()
+        self.big: bytearray | None = None  # the long body being received, if any
+        self.got = 0
 
     def recv(self, sock: socket.socket) -> bool:
         """Read what is there (blocking or not); False at end-of-file."""
-        data, anc, _, _ = sock.recvmsg(1 << 18, _ANC, _CLOEXEC)
+        if self.big is None and len(self.buf) >= _HEAD.size:
+            n, _ = _HEAD.unpack_from(self.buf)
+            have = len(self.buf) - _HEAD.size
+            if n >= _IN_PLACE and have < n:  # (pop took every whole message before it)
+                self.big = bytearray(n)
+                self.big[:have] = memoryview(self.buf)[_HEAD.size :]
+                self.got = have
+                del self.buf[_HEAD.size :]
+        if self.big is not None:
+            got, anc, _, _ = sock.recvmsg_into(
+                [memoryview(self.big)[self.got :]], _ANC, _CLOEXEC
+            )
+            self.got += got
+        else:
+            data, anc, _, _ = sock.recvmsg(1 << 16, _ANC, _CLOEXEC)
+            self.buf += data
+            got = len(data)
         for level, kind, d in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
                 fds.frombytes(d[: len(d) - len(d) % fds.itemsize])
                 self.fds.extend(fds)
-        self.buf += data
-        return bool(data)
+        return got > 0
 
-    def pop(self) -> tuple[bytes, deque[int]] | None:
+    def pop(self) -> tuple[bytes | bytearray, deque[int]] | None:
         """The next whole message and its descriptors, if it has arrived."""
         if len(self.buf) < _HEAD.size:
             return None
         n, k = _HEAD.unpack_from(self.buf)
         end = _HEAD.size + n
-        if len(self.buf) < end or len(self.fds) < k:
-            return None
-        body = bytes(memoryview(self.buf)[_HEAD.size : end])
+        if self.big is not None:
+            if self.got < n or len(self.fds) < k:
+                return None
+            body: bytes | bytearray = self.big
+            self.big = None
+        else:
+            if len(self.buf) < end or len(self.fds) < k:
+                return None
+            body = bytes(memoryview(self.buf)[_HEAD.size : end])
         del self.buf[:end]
         return body, deque(self.fds.popleft() for _ in range(k))
 
@@ -226,14 +287,44 @@ class Inbox:
             os.close(self.fds.popleft())
 
 
-def _send(sock: socket.socket, body: bytes, fds: list[int]) -> None:
-    data = memoryview(frame(body, len(fds)))
+def size_of(parts: list[Any]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
+
+
+def header(parts: list[Any], nfds: int) -> bytes:
+    """What goes before a message's body (``parts``) sent with ``nfds`` descriptors."""
+    return _HEAD.pack(size_of(parts), nfds)
+
+
+def _send(sock: socket.socket, parts: list[Any], fds: list[int]) -> None:
+    parts = [header(parts, len(fds)), *parts]
     try:
-        n = sock.sendmsg([data], scm(fds)) if fds else sock.send(data)
-        sock.sendall(data[n:])
+        n = sock.sendmsg(parts, scm(fds)) if fds else sock.sendmsg(parts)
+        for part in sent(parts, n):
+            sock.sendall(part)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def sent(parts: list[Any], n: int) -> list[Any]:
+    """What is left of ``parts`` (bytes-like) once their first ``n`` bytes are sent."""
+    for i, part in enumerate(parts):
+        size = memoryview(part).nbytes
+        if n < size:
+            return [memoryview(part).cast("B")[n:], *parts[i + 1 :]]
+        n -= size
+    return []
+
+
+def _write(sock: socket.socket, out: queue.SimpleQueue[Any]) -> None:
+    """Send the replies the worker queues, in order, while it computes the next ones."""
+    while True:
+        body, fds = out.get()
+        try:
+            _send(sock, body, fds)
+        except OSError:  # the parent is gone or closed the pool mid-task
+            os._exit(0)
 
 
 # -- the worker process ---------------------------------------------------------------
@@ -241,16 +332,20 @@ def main(fd: int) -> None:
     """The worker process: run tasks until the parent closes the socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
+    with contextlib.suppress(OSError):  # a batch's results fit: the worker seldom waits
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
     tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
     threading.Thread(target=_read, args=(sock, tasks), name="aioflow-read", daemon=True).start()
     fns: dict[int, Callable[[Any], Any] | Failure] = {}
     try:
-        _send(sock, b"ready", [])
+        _send(sock, [b"ready"], [])
     except OSError:  # the pool closed before this worker was up
         os._exit(0)
+    threading.Thread(target=_write, args=(sock, replies), name="aioflow-write", daemon=True).start()
     while True:
         body, fds = tasks.get()
-        msg = pickle.loads(body)
+        msg = decode(body)
         if msg[0] == "init":
             sys.path[:] = msg[1]
             continue
@@ -277,10 +372,7 @@ def main(fd: int) -> None:
             reply = (task_id, *_results(ys, out_fds, t0))
         while fds:
             os.close(fds.popleft())
-        try:
-            _send(sock, pickle.dumps(reply, protocol=5), out_fds)
-        except OSError:  # the parent is gone or closed the pool mid-task
-            os._exit(0)
+        replies.put((encode(reply), out_fds))
 
 
 def _load(entry: Any, fds: deque[int]) -> Any:

@@ -510,3 +510,16 @@ def test_concurrency_must_be_a_positive_int_or_autotune(bad):
 def test_concurrency_autotune_is_accepted_and_runs(executor):
     p = af.range(300).map(lambda x: x + 1, concurrency=af.AUTOTUNE, executor=executor)
     assert p.to_list() == list(range(1, 301))
+
+
+def _slow_pid(x: int) -> int:
+    time.sleep(0.3)
+    return os.getpid()
+
+
+def test_a_fresh_pool_spreads_its_first_calls_over_workers_that_are_still_starting(no_leaks):
+    # The first worker up must not take every call queued behind its first: the second
+    # worker, a moment from ready, runs the next one (calls run side by side, not in turn).
+    for _ in range(3):
+        with af.from_iterable([0, 1]).map(_slow_pid, executor="process", concurrency=2) as p:
+            assert len(set(p.to_list())) == 2
