@@ -116,7 +116,8 @@ class Worker:
             entry = self.out[0]
             parts, fds = entry
             try:
-                n = self.sock.sendmsg(parts, _worker.scm(fds)) if fds else self.sock.sendmsg(parts)
+                some = parts[: _worker.IOV_MAX]
+                n = self.sock.sendmsg(some, _worker.scm(fds)) if fds else self.sock.sendmsg(some)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:  # the worker is gone: its end-of-file is on the way

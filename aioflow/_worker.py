@@ -11,16 +11,24 @@ descriptors it passes along (``SCM_RIGHTS``):
   that needs it, then cached by ``fn_id``.
 - worker -> parent: ``b"ready"``, then per task ``(task_id, seconds, kind, payload)``.
 
-A batch of items, or of results, is pickled at once (protocol 5) as ``(data, sizes)``:
-one pickle per message is what keeps small items cheap. A bad one fails only itself:
-when a batch cannot be pickled, or loaded in the worker (``kind`` is then ``None``:
-"send them one by one"), its items travel as ``entries``, each pickled on its own
-(``None`` for one the parent could not pickle); results the same way (``kind`` "items").
+A batch of items, or of results, is pickled at once (protocol 5) as
+``(data, sizes, blob)``: one pickle per message is what keeps small items cheap. A bad
+one fails only itself: when a batch cannot be pickled, or loaded in the worker (``kind``
+is then ``None``: "send them one by one"), its items travel as ``entries``, each pickled
+on its own (``None`` for one the parent could not pickle); results the same way
+(``kind`` "items").
 Buffers of ``OOB_MIN`` bytes or more (numpy arrays) travel out of band, each in an
 anonymous shared-memory file of its own (``memfd_create``) whose descriptor goes with
 the message: there is no name to collide or to leak, the kernel frees the memory when
 the last mapping goes (even when a process is SIGKILLed), and a kept array pins only its
-own bytes. The receiver maps each one and closes the descriptor at once.
+own bytes. The receiver maps each one and closes the descriptor at once. Buffers of
+``PART_MIN`` bytes or more but under ``OOB_MIN`` are copied, one after the other, into
+``blob`` (several times faster than pickling them in), and each is copied out of it on
+arrival into memory of its own.
+
+A message goes as parts (``sendmsg``), never joined: its header, ``encode``'s pickle,
+then the ``PickleBuffer`` objects in it (a batch's ``data`` and ``blob``) as they are.
+A worker computes its next batch while a writer thread sends the last one's results.
 
 A reader thread takes tasks off the socket; when the socket reaches end-of-file (the
 parent closed it, or died, even by SIGKILL) the reader ends the process at once.
@@ -55,7 +63,9 @@ import cloudpickle
 __all__ = [
     "MAX_FDS",
     "OOB_MIN",
+    "PART_MIN",
     "Failure",
+    "IOV_MAX",
     "Inbox",
     "decode",
     "encode",
@@ -69,6 +79,8 @@ __all__ = [
 
 #: Buffers this large or larger travel in shared memory of their own, not the socket.
 OOB_MIN = 64 * 1024
+#: Smaller buffers this large or larger are sent as they are, not pickled in.
+PART_MIN = 1024
 #: Each side's socket send buffer: a batch of results goes out without waiting for reads.
 SOCKET_BUFFER = 4 << 20
 #: At most this many descriptors go with one message (the kernel's limit is 253).
@@ -80,6 +92,8 @@ _ANC = socket.CMSG_SPACE(253 * 4)
 _MEMFD = hasattr(os, "memfd_create")
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _IN_PLACE = 1 << 16
+#: At most this many parts go to one ``sendmsg`` (the kernel's limit is 1024).
+IOV_MAX = 512
 
 
 class Failure:
@@ -155,28 +169,37 @@ def _memfd(raw: memoryview) -> int | None:
 
 
 def pack(obj: Any, fds: list[int], dumps: Callable[..., bytes] = pickle.dumps) -> Any:
-    """``obj`` pickled as ``(data, sizes)``; its large buffers go into ``fds``."""
+    """``obj`` pickled as ``(data, sizes, blob)``: its buffers of ``OOB_MIN`` bytes or more
+    go into ``fds`` (``sizes``: n > 0), those of ``PART_MIN`` or more are copied one after
+    the other into ``blob`` (n < 0: -n bytes), which is faster than pickling them in."""
     start = len(fds)
     sizes: list[int] = []
+    parts: list[memoryview] = []
 
     def out_of_band(pb: pickle.PickleBuffer) -> bool:
         raw = pb.raw()
-        if not _MEMFD or raw.nbytes < OOB_MIN or len(fds) >= MAX_FDS:
+        n = raw.nbytes
+        if n < PART_MIN:
             return True  # in band
-        fd = _memfd(raw)
-        if fd is None:  # no room for shared memory: send it through the socket
-            return True
-        fds.append(fd)
-        sizes.append(raw.nbytes)
+        if _MEMFD and n >= OOB_MIN and len(fds) < MAX_FDS:
+            fd = _memfd(raw)
+            if fd is not None:  # (else no room for shared memory: through the socket)
+                fds.append(fd)
+                sizes.append(n)
+                return False
+        sizes.append(-n)
+        parts.append(raw)
         return False
 
     try:
-        return pickle.PickleBuffer(dumps(obj, protocol=5, buffer_callback=out_of_band)), sizes
+        data = dumps(obj, protocol=5, buffer_callback=out_of_band)
+        blob = b"".join(parts)  # a copy: later changes to the arrays don't reach it
     except BaseException:
         for fd in fds[start:]:
             os.close(fd)
         del fds[start:]
         raise
+    return pickle.PickleBuffer(data), sizes, pickle.PickleBuffer(blob)
 
 
 def take(fds: deque[int], sizes: list[int]) -> list[memoryview]:
@@ -193,8 +216,21 @@ def take(fds: deque[int], sizes: list[int]) -> list[memoryview]:
 
 
 def unpack(entry: Any, fds: deque[int]) -> Any:
-    data, sizes = entry
-    return pickle.loads(data, buffers=take(fds, sizes) if sizes else None)
+    """The value ``pack`` made ``entry`` of: each buffer in memory of its own."""
+    data, sizes, blob = entry
+    if not sizes:
+        return pickle.loads(data)
+    maps = iter(take(fds, [n for n in sizes if n > 0]))
+    inline = memoryview(blob)
+    buffers: list[Any] = []
+    at = 0
+    for n in sizes:
+        if n > 0:
+            buffers.append(next(maps))
+        else:  # (a copy: a kept array must not pin the whole message)
+            buffers.append(bytearray(inline[at : at - n]))
+            at -= n
+    return pickle.loads(data, buffers=buffers)
 
 
 # -- the wire -------------------------------------------------------------------------
@@ -299,7 +335,7 @@ def header(parts: list[Any], nfds: int) -> bytes:
 def _send(sock: socket.socket, parts: list[Any], fds: list[int]) -> None:
     parts = [header(parts, len(fds)), *parts]
     try:
-        n = sock.sendmsg(parts, scm(fds)) if fds else sock.sendmsg(parts)
+        n = sock.sendmsg(parts[:IOV_MAX], scm(fds)) if fds else sock.sendmsg(parts[:IOV_MAX])
         for part in sent(parts, n):
             sock.sendall(part)
     finally:

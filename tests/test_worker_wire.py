@@ -66,16 +66,40 @@ def test_any_sequence_of_bodies_round_trips(blobs):
     assert [o for o, _ in _roundtrip(list(blobs))] == blobs
 
 
-def test_a_batchs_data_travels_out_of_band_and_decodes_as_the_same_items():
+def _join(parts: list[object]) -> bytes:
+    return b"".join(bytes(memoryview(p).cast("B")) for p in parts)  # type: ignore[arg-type]
+
+
+def test_a_batch_travels_as_its_pickle_and_one_blob_of_its_arrays_out_of_band():
     fds: list[int] = []
-    data, sizes = _worker.pack([np.ones(1000), "a", 2], fds)
-    parts = _worker.encode((7, (data, sizes)))
-    # (the sizes of the out-of-band parts, the pickle, the batch's data as it is)
-    assert len(parts) == 3 and bytes(parts[2]) == bytes(memoryview(data))
-    body = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
-    n, payload = _worker.decode(body)
-    ys = _worker.unpack(payload, deque(fds))
-    assert n == 7 and np.array_equal(ys[0], np.ones(1000)) and ys[1:] == ["a", 2]
+    items = [np.ones(1000), "a", 2, np.arange(10)]  # 8,000 bytes: a part; 80: pickled in
+    payload = _worker.pack(items, fds)
+    data, sizes, blob = payload
+    assert sizes == [-8000] and memoryview(blob).nbytes == 8000 and fds == []
+    parts = _worker.encode((7, payload))
+    # (the sizes of the out-of-band parts, the pickle, the batch's data and blob as they are)
+    assert len(parts) == 4 and _join(parts[2:]) == bytes(data) + bytes(blob)
+    n, got = _worker.decode(_join(parts))
+    ys = _worker.unpack(got, deque())
+    assert n == 7 and np.array_equal(ys[0], np.ones(1000)) and ys[1:3] == ["a", 2]
+    assert np.array_equal(ys[3], np.arange(10))
+
+
+def test_an_array_changed_after_it_was_packed_arrives_as_it_was():
+    # (a worker's writer thread sends a batch while the next one computes)
+    x = np.zeros(5000)
+    payload = _worker.pack([x], [])
+    x[:] = 1
+    (y,) = _worker.unpack(payload, deque())
+    assert not y.any()
+
+
+def test_each_array_of_a_message_has_memory_of_its_own():
+    # a kept result must not pin the rest of its batch's message
+    payload = _worker.pack([np.full(2000, i) for i in range(3)], [])
+    ys = _worker.unpack(_worker.decode(_join(_worker.encode(payload))), deque())
+    assert [int(y[0]) for y in ys] == [0, 1, 2]
+    assert all(y.base is not None and memoryview(y.base).nbytes == 16_000 for y in ys)
 
 
 def test_what_is_left_after_a_partial_send():
