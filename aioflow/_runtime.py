@@ -203,6 +203,9 @@ class Node:
     splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
     resume: Any = None  # how its state is taken when resuming: see _state.py
     opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
+    # a one-item source's blocking read of its item (a local file's): a fan-in may run it
+    # in a batch on the run's threads instead of opening the node (a failure: it opens it)
+    load: Callable[[], Any] | None = field(default=None, compare=False)
 
 
 class Channel:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from time import perf_counter
@@ -126,38 +127,63 @@ async def _next_chunk(gen: ChunkIter) -> list[Any] | None:
 
 
 class _Sub:
-    """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead."""
+    """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead.
 
-    __slots__ = ("buf", "gen", "i", "next", "pos", "resume", "run", "seek", "taken")
+    A one-item source with a blocking read (``Node.load``: ``read_npy`` of a local file)
+    is not opened at all: ``loads`` runs its read in a batch with others on the run's
+    threads (one hop for several small files); if that read fails, it is opened after
+    all, and its reader raises or skips as it does anywhere.
+    """
+
+    __slots__ = (
+        "buf", "gen", "i", "loads", "next", "opener", "pos", "resume", "run", "seek", "sub",
+        "taken",
+    )  # fmt: skip
 
     def __init__(self, gen: ChunkIter, run: Run, pos: int = 0, taken: int = 0) -> None:
         self.gen = gen
         self.run = run  # starts its read-ahead tasks: the run cancels what is left at close
         self.buf: list[Any] = []
         self.i = 0
-        self.next: asyncio.Task[list[Any] | None] | None = None
+        self.next: asyncio.Future[list[Any] | None] | None = None
         self.pos = pos  # of its element in the input, and items it gave (for states)
         self.taken = taken
         self.seek: Callable[[int], Any] | None = None
         self.resume: Any = None  # the state it was opened with
+        self.sub: Pipeline[Any] | None = None  # a one-item source read by `loads`
+        self.loads: _Loads | None = None
+        self.opener: Callable[[], ChunkIter] | None = None  # opens `sub` if its read fails
 
     def hook(self, fn: Callable[[int], Any]) -> None:
         self.seek = fn
 
-    def ahead(self) -> asyncio.Task[list[Any] | None]:
+    def ahead(self) -> asyncio.Future[list[Any] | None]:
         """Start reading the next chunk now (for a task-opened one: starts its task)."""
         if self.next is None:
-            self.next = self.run.start(_next_chunk(self.gen), "interleave read-ahead")
+            if self.loads is not None:
+                self.next = self.loads.add(self)
+            else:
+                self.next = self.run.start(_next_chunk(self.gen), "interleave read-ahead")
         return self.next
 
     async def fill(self) -> bool:
         """Take the next chunk as the one at hand; False at the end."""
+        if self.loads is not None and self.next is None:
+            self.ahead()
         t = self.next
         if t is None:
             chunk = await _next_chunk(self.gen)
         else:
             chunk = await t
             self.next = None  # only now: if cancelled while waiting, aclose awaits t
+        if self.loads is not None:  # its batched read: its one item, or it failed
+            self.loads = None
+            if chunk is _FAILED:  # read it as any sub-pipeline: it raises or skips there
+                assert self.opener is not None
+                self.gen = self.opener()
+                chunk = await _next_chunk(self.gen)
+            else:
+                self.gen = _no_chunks()
         if chunk is None:
             return False
         self.buf, self.i = chunk, 0
@@ -175,7 +201,80 @@ class _Sub:
             await asyncio.wait([t])
             if not t.cancelled():
                 t.exception()
-        await self.gen.aclose()
+        if self.gen is not None:
+            await self.gen.aclose()
+
+
+#: Open one-item sources read in batches that count as one open sub-pipeline.
+_LIGHT = 8
+
+#: A batched read's result when it failed (the sub-pipeline is then opened and read).
+_FAILED: Any = object()
+
+
+async def _no_chunks() -> ChunkIter:
+    return
+    yield
+
+
+class _Loads:
+    """The blocking reads of one-item sources (``Node.load``), run in batches: all those
+    asked for before the loop goes on run in one call on the run's threads, in order."""
+
+    __slots__ = ("ctx", "meter", "pending")
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self.meter: Any = None  # the sub-stage's meter: items counted as an opened one's
+
+    def add(self, s: _Sub) -> asyncio.Future[Any]:
+        assert s.sub is not None
+        node = s.sub._node
+        if self.meter is None:
+            self.meter = self.ctx.run.meter_for(node, self.ctx.meter)
+            self.ctx.meter.adopt(self.meter)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if not self.pending:
+            loop.call_soon(self._flush)
+        assert node.load is not None
+        self.pending.append((node.load, fut))
+        return fut
+
+    def _flush(self) -> None:
+        batch = [(load, fut) for load, fut in self.pending if not fut.done()]
+        self.pending = []
+        if not batch or self.ctx.run.closed:
+            return
+        loop = asyncio.get_running_loop()
+        calls = loop.run_in_executor(self.ctx.run.thread_pool(), _load_all, [b[0] for b in batch])
+        calls.add_done_callback(lambda f: self._done(f, [b[1] for b in batch]))
+
+    def _done(self, calls: asyncio.Future[Any], futs: list[asyncio.Future[Any]]) -> None:
+        if calls.cancelled() or calls.exception() is not None:
+            results = [_FAILED] * len(futs)
+            seconds = 0.0
+        else:
+            results, seconds = calls.result()
+        self.meter.t_calls += seconds
+        for fut, r in builtins.zip(futs, results, strict=True):
+            if not fut.done():
+                if r is not _FAILED:
+                    self.meter.items_out += 1
+                    self.meter.chunks_out += 1
+                fut.set_result(r if r is _FAILED else [r])
+
+
+def _load_all(loads: list[Callable[[], Any]]) -> tuple[list[Any], float]:
+    t0 = perf_counter()
+    out = []
+    for load in loads:
+        try:
+            out.append(load())
+        except Exception:  # (read again as an opened sub-pipeline: it raises or skips)
+            out.append(_FAILED)
+    return out, perf_counter() - t0
 
 
 async def _close_all(subs: Sequence[_Sub | None]) -> None:
@@ -208,13 +307,16 @@ def _one_item(sub: Pipeline[Any]) -> bool:
 class _Opener:
     """Opens the sub-pipeline of each input element, in input order."""
 
-    def __init__(self, src: ChunkIter, fn: Callable[[Any], Any], ctx: Ctx, task: bool) -> None:
+    def __init__(
+        self, src: ChunkIter, fn: Callable[[Any], Any], ctx: Ctx, task: bool, batch: bool = False
+    ) -> None:
         self.items = cast(AsyncGenerator[Any, None], items_of(src))
         self.fn = fn
         self.ctx = ctx
         self.task = task
         self.pos = 0
         self.ended = False
+        self.loads = _Loads(ctx) if batch else None  # one-item sources' reads, batched
 
     async def next(self) -> _Sub | None:
         if self.ended:
@@ -236,6 +338,17 @@ class _Opener:
 
         s = _Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
+        if (
+            self.loads is not None
+            and isinstance(sub, Pipeline)
+            and sub._node.load is not None
+            and _one_item(sub)
+            and resume is None
+            and not drop
+        ):
+            s.sub, s.loads = sub, self.loads
+            s.opener = functools.partial(self.ctx.open, sub, None, s.hook)
+            return s
         if self.task and isinstance(sub, Pipeline) and not _one_item(sub):
             gen = self.ctx.open_task(sub, resume=resume, hook=s.hook)
         elif isinstance(sub, Pipeline):
@@ -281,6 +394,9 @@ async def _cycle(
         slots = await inputs.restore(log.resume)
         cycle, block = int(log.resume["cycle"]), int(log.resume["block"])
     n_open = sum(s is not None for s in slots)
+    # one-item sources read in batches are light: _LIGHT of them count as one open
+    # sub-pipeline, so that a batch of reads holds several files
+    light = sum(s is not None and s.sub is not None for s in slots)
     out: list[Any] = []
     t_out = 0.0
     emitted = 0
@@ -291,15 +407,23 @@ async def _cycle(
     try:
         mark()
         while not inputs.ended or n_open or early:
-            while inputs.task and n_open + len(early) < width and not inputs.ended:
+            while (
+                inputs.task
+                and (n_open + len(early)) * _LIGHT - light * (_LIGHT - 1) < width * _LIGHT
+                and not inputs.ended
+            ):
                 e = await inputs.next()
                 if e is not None:
                     e.ahead()
                     early.append(e)
+                    light += e.sub is not None
             s = slots[cycle]
             if s is None:
                 if early or not inputs.ended:
-                    s = early.popleft() if early else await inputs.next()
+                    if early:
+                        s = early.popleft()
+                    elif (s := await inputs.next()) is not None:
+                        light += s.sub is not None
                     if s is not None:
                         slots[cycle] = s
                         n_open += 1
@@ -322,6 +446,7 @@ async def _cycle(
                     await s.aclose()
                     slots[cycle] = None
                     n_open -= 1
+                    light -= s.sub is not None
                     cycle, block = (cycle + 1) % cycle_length, 0
                     continue
             k = min(block_length - block, len(s.buf) - s.i)
@@ -349,7 +474,7 @@ async def _cycle(
 
 async def _merge(inputs: _Opener, width: int) -> ChunkIter:
     """Unordered: ``width`` sub-pipelines read at once; chunks as soon as any is ready."""
-    reading: dict[asyncio.Task[list[Any] | None], _Sub] = {}
+    reading: dict[asyncio.Future[list[Any] | None], _Sub] = {}
     try:
         while True:
             while len(reading) < width and not inputs.ended:
@@ -398,7 +523,7 @@ def build_interleave(
     width = cycle_length if concurrency in (None, AUTOTUNE) else max(cycle_length, concurrency)
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        opener = _Opener(inputs[0](), fn, ctx, task=concurrency is not None)
+        opener = _Opener(inputs[0](), fn, ctx, task=concurrency is not None, batch=ordered)
         if concurrency is not None and not ordered:
             return _merge(opener, width)
         from .transforms import skip_chunks

@@ -199,3 +199,63 @@ def test_the_header_parser_refuses_what_is_not_a_literal(text):
 
     with pytest.raises((ValueError, IndexError, KeyError)):
         _literal(text)
+
+
+# -- read in batches by an interleave ---------------------------------------------------
+def _npy_files(tmp_path: Path, n: int, bad: tuple[int, ...] = ()) -> af.Pipeline[str]:
+    for i in range(n):
+        data = save_bytes(np.full(4, i, dtype=np.int16))
+        (tmp_path / f"{i:03d}.npy").write_bytes(data[:-1] if i in bad else data)
+    return af.list_files(str(tmp_path / "*.npy"))
+
+
+@pytest.mark.parametrize("concurrency", [None, 1, 4, 16])
+def test_interleave_of_read_npy_gives_every_file_in_input_order(tmp_path, no_leaks, concurrency):
+    files = _npy_files(tmp_path, 300)
+    p = files.interleave(af.read_npy, cycle_length=4, concurrency=concurrency)
+    with p.iter() as it:
+        got = [int(a[0]) for a in it]
+        st = it.stats()
+    assert got == list(range(300))
+    (row,) = [s for s in st if s.name.endswith("> read_npy")]  # counted as opened ones are
+    assert row.items_out == 300
+
+
+@pytest.mark.parametrize("concurrency", [None, 4])
+def test_a_bad_file_among_batched_reads_fails_or_skips_as_alone(tmp_path, no_leaks, concurrency):
+    files = _npy_files(tmp_path, 40, bad=(7, 30))
+    skip = files.interleave(
+        lambda f: af.read_npy(f, on_error="skip"), cycle_length=4, concurrency=concurrency
+    )
+    with skip.iter() as it:
+        got = [int(a[0]) for a in it]
+        skipped = sum(s.errors_skipped for s in it.stats())
+    assert got == [i for i in range(40) if i not in (7, 30)] and skipped == 2
+    seen: list[int] = []
+    with pytest.raises(af.BadInput, match="007.npy"):
+        for a in files.interleave(af.read_npy, cycle_length=4, concurrency=concurrency):
+            seen.append(int(a[0]))
+    assert seen == list(range(7))  # the items before the bad file arrive first
+
+
+def test_breaking_out_of_batched_reads_leaves_nothing_running(tmp_path, no_leaks):
+    p = _npy_files(tmp_path, 200).interleave(af.read_npy, cycle_length=4, concurrency=4)
+    for _ in range(3):
+        for i, _a in enumerate(p):
+            if i == 10:
+                break
+
+
+def test_batched_reads_resume_at_every_position(tmp_path):
+    files = _npy_files(tmp_path, 60)
+
+    def make() -> af.Pipeline[int]:
+        p = files.interleave(af.read_npy, cycle_length=3, concurrency=5)
+        return p.map(lambda a: int(a[0]))
+
+    for k in (0, 1, 13, 59, 60):
+        with make().iter() as it:
+            head = [next(it) for _ in range(k)]
+            state = it.state_dict()
+        with make().iter(state=state) as rest:
+            assert head + list(rest) == list(range(60))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import threading
 import weakref
@@ -326,12 +327,15 @@ def reader(
     card: int = UNKNOWN_CARD,
     key: tuple[Any, ...] = (),
     task: bool = True,
+    load: Callable[[str], Any] | None = None,
 ) -> Pipeline[Any]:
     """The ``Pipeline`` of a file reader: a source node, in a task of its own.
 
     ``task=False`` (readers of one item per file) fuses it into the task that reads it:
     a one-item stream has nothing to read ahead, and a task per file costs more than a
     small file's read (``flat_map(read_npy)`` over 48 KiB files: 5.2k -> 7.1k files/s).
+    ``load(local_path)``: such a reader's blocking read of its item, which an
+    ``interleave`` runs in batches of files on the run's threads (``Node.load``).
     """
     p = check_path(path, name)
     ErrorPolicy(on_error)  # checked when the pipeline is described
@@ -339,5 +343,8 @@ def reader(
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(p, ctx, _policy(ctx, on_error))
 
-    node = Node(name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK)
+    one = None if load is None or is_url(p) else functools.partial(load, local_path(p))
+    node = Node(
+        name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK, load=one
+    )
     return Pipeline(node)

@@ -256,4 +256,4 @@ def read_npy(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
         yield [arr]
 
     card = 1 if on_error == "raise" else UNKNOWN_CARD
-    return reader("read_npy", path, gen, on_error=on_error, card=card, task=False)
+    return reader("read_npy", path, gen, on_error=on_error, card=card, task=False, load=_load_local)
