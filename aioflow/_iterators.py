@@ -20,16 +20,17 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, Channel, Chunk, Run
+from ._channel import Channel, ThreadChannel
+from ._graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from ._runtime import Run
+from ._state import check_state, make_state, next_opens, refuse_inexact, take_nodes
 from ._threads import DaemonPool
-from .errors import NextTimeout
+from .errors import NextTimeout, PipelineError
 from .stats import RunStats
 
 if TYPE_CHECKING:
-    from ._meters import Lane
     from .pipeline import Pipeline
 
 T = TypeVar("T")
@@ -51,8 +52,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
-        from .errors import PipelineError
-
         raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return timeout
 
@@ -72,8 +71,6 @@ class _Resumable:
         self._count = self._skip = self._base = 0
         self._opens = self._nodes = None
         if state is not None:
-            from ._state import check_state
-
             self._count, self._opens, self._nodes = check_state(pipeline, state)
             # seeking: the run starts where the state was taken; replaying: it skips
             self._base = self._count if self._nodes is not None else 0
@@ -103,8 +100,6 @@ class _Resumable:
             ...     list(rest)
             [2, 3, 4]
         """
-        from ._state import make_state, next_opens, refuse_inexact, take_nodes
-
         refuse_inexact(self._pipeline)
         run = self._current_run()
         nodes: dict[str, Any] | None
@@ -256,85 +251,6 @@ def _abort_soon(run: Run, loop: asyncio.AbstractEventLoop) -> None:
             pass
 
 
-class ThreadChannel:
-    """Chunks from the run's loop (producer) to a consumer in another thread.
-
-    The producer side has ``Channel``'s ``put``/``close``/``full_for``; the consumer takes
-    every chunk available at once with ``take``, so one thread hand-off moves many chunks.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4) -> None:
-        self._loop = loop
-        self._cond = threading.Condition(threading.Lock())
-        self._q: deque[Chunk] = deque()
-        self._closed = False
-        self._exc: BaseException | None = None
-        self._space = asyncio.Event()
-        self._waiting = False
-        self.max_chunks = max_chunks
-        self.waits: Lane | None = None  # the run's record of the consumer's waits
-
-    def full_for(self, chunk: Chunk) -> bool:
-        return len(self._q) >= self.max_chunks
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def discard(self) -> None:
-        with self._cond:
-            self._q.clear()
-
-    async def put(self, chunk: Chunk) -> None:
-        while True:
-            with self._cond:
-                if len(self._q) < self.max_chunks:
-                    self._q.append(chunk)
-                    self._cond.notify()
-                    return
-                self._waiting = True
-                self._space.clear()
-            await self._space.wait()
-
-    def close(self, exc: BaseException | None = None) -> None:
-        with self._cond:
-            self._closed = True
-            self._exc = exc
-            self._cond.notify()
-
-    def take(self, timeout: float | None) -> list[Chunk] | None:
-        """Every chunk available (waiting up to ``timeout``); None at the end."""
-        with self._cond:
-            if not self._q:
-                deadline = None if timeout is None else monotonic() + timeout
-                t0 = perf_counter()
-                while not self._q:
-                    if self._closed:
-                        if self._exc is not None:
-                            exc, self._exc = self._exc, None
-                            raise exc
-                        return None
-                    if deadline is None:
-                        self._cond.wait()
-                    else:
-                        left = deadline - monotonic()
-                        timed_out = left <= 0 or not self._cond.wait(left)
-                        if timed_out and not self._q and not self._closed:
-                            raise NextTimeout(f"no item within {timeout} s")
-                if self.waits is not None:
-                    t1 = perf_counter()
-                    self.waits.work(t1, t1 - t0)
-            chunks = list(self._q)
-            self._q.clear()
-            wake, self._waiting = self._waiting, False
-        if wake:
-            try:
-                self._loop.call_soon_threadsafe(self._space.set)
-            except RuntimeError:  # loop already closed: nobody is waiting any more
-                pass
-        return chunks
-
-
 class _Engine:
     """The background thread and loop of one sync run. Holds no reference to the iterator."""
 
@@ -417,13 +333,11 @@ class _Engine:
             await run.aclose()
             return
         self.ready.set()
-        stopper = loop.create_task(stop.wait())
+        stopper = run.start(stop.wait(), "stop")
         try:
             await asyncio.wait({out, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopper.cancel()
-            await asyncio.wait([stopper])
-            await run.aclose()
+            await run.aclose()  # (the stopper too)
             if not chan.closed:
                 chan.close()  # a thread still waiting in next() ends (the run is gone)
 

@@ -38,6 +38,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._graph import graph_nodes, number_nodes
 from .errors import PipelineError, StateMismatch
 
 if TYPE_CHECKING:
@@ -75,10 +76,9 @@ class Refuse:
 
 
 def _stages(pipeline: Pipeline[Any]) -> list[tuple[str, str]]:
-    """(name, hash) of every node, numbered as ``_runtime._number_nodes`` numbers them."""
-    from ._runtime import _number_nodes
+    """(name, hash) of every node, numbered as ``_graph.number_nodes`` numbers them."""
 
-    nums = _number_nodes(pipeline)
+    nums = number_nodes(pipeline)
     nodes: dict[int, Any] = {}
     stack = [pipeline]
     while stack:
@@ -198,7 +198,6 @@ def check_state(
 
 def refuse_inexact(pipeline: Pipeline[Any]) -> None:
     """Raise ``PipelineError`` if a stage of the pipeline cannot be resumed exactly."""
-    from ._runtime import graph_nodes
 
     for node in graph_nodes(pipeline):
         if isinstance(node.resume, Refuse):
@@ -209,11 +208,10 @@ def refuse_inexact(pipeline: Pipeline[Any]) -> None:
 
 def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
     """The open indexes a run of ``pipeline`` started now would give its nodes."""
-    from ._runtime import _number_nodes
 
     out: dict[int, int] = {}
     stack = [pipeline]
-    nums = _number_nodes(pipeline)
+    nums = number_nodes(pipeline)
     while stack:
         node = stack.pop()._node
         no = nums[id(node)]
@@ -231,9 +229,8 @@ def take_nodes(
     ``opens`` (the state's open indexes) is updated for the nodes upstream of a
     ``repeat`` resumed in a later epoch than the run's first.
     """
-    from ._runtime import _number_nodes
 
-    index = run.node_index if run is not None else _number_nodes(pipeline)
+    index = run.node_index if run is not None else number_nodes(pipeline)
     prev = run.resume_nodes if run is not None else {}
     nodes: dict[str, Any] = {}
     p = pipeline

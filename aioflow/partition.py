@@ -63,32 +63,7 @@ def _stable_hash(k: Any) -> int:
     return hash(k) & _MASK
 
 
-class _Input(Channel):
-    """A partition's input channel; once its reader is gone, items for it are dropped."""
-
-    __slots__ = ("gone",)
-
-    def __init__(self) -> None:
-        super().__init__(INPUT_CHUNKS, INPUT_ITEMS)
-        self.gone = False
-
-    def full_for(self, chunk: Chunk) -> bool:
-        return not self.gone and super().full_for(chunk)
-
-    async def put(self, chunk: Chunk) -> None:
-        if not self.gone:
-            await super().put(chunk)
-
-    def abandon(self) -> None:
-        # the partition's pipeline stopped reading (take, an error): never block the router
-        self.gone = True
-        self.discard()
-        p = self._putter
-        if p is not None and not p.done():
-            p.set_result(None)
-
-
-def _feed(chan: _Input, index: int) -> Pipeline[Any]:
+def _feed(chan: Channel, index: int) -> Pipeline[Any]:
     from .pipeline import Pipeline
 
     async def read() -> ChunkIter:
@@ -104,7 +79,7 @@ def _feed(chan: _Input, index: int) -> Pipeline[Any]:
 async def _route(
     src: ChunkIter,
     key: Callable[[Any], Hashable],
-    chans: list[_Input],
+    chans: list[Channel],
     ctx: Ctx,
 ) -> BaseException | None:
     """Send every item to its partition; the input's error is returned, not raised."""
@@ -181,7 +156,7 @@ def build_partition_by(
     async def partition(opener: Opener, ctx: Ctx) -> ChunkIter:
         from .pipeline import Pipeline
 
-        chans = [_Input() for _ in range(num_partitions)]
+        chans = [Channel(INPUT_CHUNKS, INPUT_ITEMS) for _ in range(num_partitions)]
         subs: list[ChunkIter] = []
         for i, chan in enumerate(chans):
             try:
