@@ -41,24 +41,24 @@ from time import monotonic, perf_counter
 from typing import Any
 
 from . import _worker
+from ._ctx import Ctx
+from ._graph import CHUNK_MAX
 from ._meters import StageMeter
 from ._pool_life import checkout, release, ship_by_value, track
 from ._pool_wire import Worker
-from ._runtime import CHUNK_MAX, Ctx, Run
 from .errors import StageError, StageTimeout, WorkerDied, short_repr
 
 __all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool"]
 
 #: A batch of items sent to a worker should take about this long to compute.
 TASK_SECONDS = 0.01
-_pools: weakref.WeakKeyDictionary[Run, dict[Any, ProcessPool]] = weakref.WeakKeyDictionary()
 
 
 def run_process_pool(
     ctx: Ctx, workers: int, timeout: float | None, ordered: bool = True
 ) -> ProcessPool:
     """The process pool of this stage in this run: the node's warm one, or a new one."""
-    pools = _pools.setdefault(ctx.run, {})
+    pools: dict[Any, ProcessPool] = ctx.run.per_run("process pools", dict)
     key = (ctx.meter.key, workers, timeout, ordered)
     pool = pools.get(key)
     if pool is None or pool.closed or pool.broken is not None:

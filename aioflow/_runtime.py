@@ -276,12 +276,16 @@ class Run:
             if ln is not None:
                 ln.in_use = False
 
-    def start(self, coro: Coroutine[Any, Any, R], name: str = "aioflow") -> asyncio.Task[R]:
+    def start(
+        self, coro: Coroutine[Any, Any, R], name: str = "aioflow", *, cancel: bool = True
+    ) -> asyncio.Task[R]:
         """Start ``coro`` as a task of this run: the one way a task of a run is started.
 
         The run keeps it until it is done; ``aclose`` cancels and awaits what remains.
+        ``cancel=False``: a closing task (it releases something that must not be left
+        open, through any cancellation): kept until done, never cancelled by the run.
         """
-        return keep_task(coro, name, self.tasks)
+        return keep_task(coro, name, self.tasks if cancel else self._closers)
 
     def per_run(self, key: Any, make: Callable[[], R]) -> R:
         """The object of this run kept under ``key``, made by ``make()`` the first time.
@@ -324,7 +328,7 @@ class Run:
         if self.closed:
             return
         self.cancel()
-        keep_task(self.aclose(), "close", self._closers)
+        self.start(self.aclose(), "close", cancel=False)
 
     def cancel(self) -> None:
         """Cancel every task of the run now (on its loop); ``aclose`` then awaits them."""
