@@ -24,9 +24,10 @@ from typing import Any
 
 from ._ctx import Ctx
 from ._graph import CHUNK_MAX, ChunkIter
+from ._policy import each
 from ._tasks import aclosing
 from ._threads import DaemonPool, in_thread
-from .errors import annotate, control_flow_error
+from .errors import annotate
 
 __all__ = ["FANIN", "external_sort", "keys_of"]
 
@@ -114,14 +115,7 @@ def keys_of(
     key: Callable[[Any], Any], chunk: list[Any], ctx: Ctx, pos: int
 ) -> tuple[list[Any], BaseException | None]:
     """The keys of a chunk, and the annotated error of the first item whose key failed."""
-    keys: list[Any] = []
-    try:
-        keys.extend(map(key, chunk))  # extend keeps the keys made before a failure
-    except Exception as e:
-        return keys, annotate(e, ctx.name, pos + len(keys))
-    if len(keys) < len(chunk):  # ``key`` raised StopIteration: map() took it for its end
-        return keys, control_flow_error(StopIteration(), ctx.name, pos + len(keys))
-    return keys, None
+    return each(key, chunk, ctx.name, pos)
 
 
 async def external_sort(
