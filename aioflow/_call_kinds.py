@@ -24,8 +24,9 @@ from ._ctx import Ctx
 from ._graph import CHUNK_MAX
 from ._procs import ProcessPool, run_process_pool
 from ._threads import DaemonPool
+from ._timeouts import timed
 from ._worker import Failure, _failure
-from .errors import PipelineError, StageError, StageTimeout, control_flow_error
+from .errors import PipelineError, StageError, control_flow_error
 
 __all__ = ["EXECUTOR_BATCH_SECONDS", "Calls", "make_calls", "resolve_executor"]
 
@@ -234,25 +235,14 @@ class _PoolCalls(Calls):
 
 
 class _TimedCalls(Calls):
-    """Another kind of calls, each bounded by ``timeout`` (``StageTimeout``)."""
+    """Another kind of calls, each bounded by ``timeout`` (``_timeouts``: ``StageTimeout``)."""
 
     def __init__(self, inner: Calls, timeout: float, ctx: Ctx) -> None:
         self.inner = inner
         self.slots = inner.slots
         self.timeout = timeout
-        self.ctx = ctx
+        self.stage = ctx.name
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
-        return self._timed(items, pos)
-
-    async def _timed(self, items: list[Any], pos: int) -> list[Any]:
-        try:
-            async with asyncio.timeout(self.timeout) as cm:
-                return await self.inner.start(items, pos)
-        except TimeoutError:
-            if cm.expired():
-                raise StageTimeout(
-                    f"stage {self.ctx.name!r}: the call on item {pos} took longer than"
-                    f" {self.timeout} s"
-                ) from None
-            raise
+        inner = asyncio.ensure_future(self.inner.start(items, pos))
+        return timed(inner, self.timeout, self.stage, pos)

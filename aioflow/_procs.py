@@ -46,7 +46,8 @@ from ._graph import CHUNK_MAX
 from ._meters import StageMeter
 from ._pool_life import checkout, release, ship_by_value, track
 from ._pool_wire import Worker
-from .errors import StageError, StageTimeout, WorkerDied, short_repr
+from ._timeouts import arm
+from .errors import StageError, WorkerDied, short_repr
 
 __all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool"]
 
@@ -294,8 +295,9 @@ class ProcessPool:
         task.fds = []
         w.fns.add(task.fn_id)
         w.tasks.append(task)
-        if self.timeout is not None and self.loop is not None:
-            task.timer = self.loop.call_later(self.timeout, self._expire, w, task)
+        if self.timeout is not None:
+            stop = partial(self._expire, w, task)
+            task.timer = arm(task.fut, self.timeout, stop, self.stage, task.pos)
 
     def _on_readable(self, w: Worker) -> None:
         msgs, eof = w.read()
@@ -409,18 +411,13 @@ class ProcessPool:
             exitcode=code,
         )
 
-    def _expire(self, w: Worker, task: _Task) -> None:
-        """A call ran past ``timeout``: kill its worker (never wait), start another."""
+    def _expire(self, w: Worker, task: _Task) -> str | None:
+        """A call ran past ``timeout`` (``_timeouts.arm``): kill its worker (never wait),
+        start another; None if it is not running (any more)."""
         if not w.tasks or w.tasks[0] is not task:
-            return
+            return None
         w.tasks.popleft()  # (with a timeout, a worker has one batch at a time)
         self._discard(w, kill=True)
-        if not task.fut.done():
-            task.fut.set_exception(
-                StageTimeout(
-                    f"stage {self.stage!r}: the call on item {task.pos} took longer than"
-                    f" {self.timeout} s; its worker process {w.proc.pid} was killed"
-                )
-            )
         if not self.closed:
             self._spawn()
+        return f"; its worker process {w.proc.pid} was killed"
