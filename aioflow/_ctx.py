@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._graph import CHANNEL_CHUNKS, ChunkIter, Node
+from ._graph import CHANNEL_CHUNKS, ChunkIter, Described, Node
 
 if TYPE_CHECKING:
     from ._meters import StageMeter
     from ._runtime import Run
     from ._stages import LaneCell
-    from .pipeline import Pipeline
 
 __all__ = ["Ctx"]
 
@@ -53,7 +52,7 @@ class Ctx:
 
     def open(
         self,
-        pipeline: Pipeline[Any],
+        pipeline: Described,
         resume: Any = None,
         hook: Callable[[Callable[[int], Any]], None] | None = None,
     ) -> ChunkIter:
@@ -69,7 +68,7 @@ class Ctx:
 
     def open_task(
         self,
-        pipeline: Pipeline[Any],
+        pipeline: Described,
         *,
         chunks: int = CHANNEL_CHUNKS,
         resume: Any = None,

@@ -13,14 +13,11 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from ._channel import ThreadChannel
+from ._graph import Described
 from ._runtime import Run
 from ._threads import DaemonPool
-
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
 
 __all__ = ["Engine", "new_event_loop"]
 
@@ -40,7 +37,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class Engine:
     """The background thread and loop of one sync run. Holds no reference to the iterator."""
 
-    def __init__(self, pipeline: Pipeline[Any], make_run: Callable[[], Run]) -> None:
+    def __init__(self, pipeline: Described, make_run: Callable[[], Run]) -> None:
         self.pipeline = pipeline
         self.make_run = make_run
         self.ready = threading.Event()

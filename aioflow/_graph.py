@@ -11,11 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ._ctx import Ctx
-    from .pipeline import Pipeline
 
 __all__ = [
     "CHANNEL_CHUNKS",
@@ -27,6 +26,7 @@ __all__ = [
     "Build",
     "Chunk",
     "ChunkIter",
+    "Described",
     "Node",
     "OpenCount",
     "Opener",
@@ -54,6 +54,13 @@ UNKNOWN_CARD = -2
 
 def _same(cards: Sequence[int]) -> int:
     return cards[0] if cards else UNKNOWN_CARD
+
+
+class Described(Protocol):
+    """What the runtime knows of a ``Pipeline``: its sink node (it never imports ``pipeline``)."""
+
+    @property
+    def _node(self) -> Node: ...
 
 
 class OpenCount:
@@ -89,7 +96,9 @@ class Node:
 
     name: str
     build: Build
-    inputs: tuple[Pipeline[Any], ...] = ()
+    # its input Pipelines (Described; typed Any so that the pipeline's own code keeps its
+    # Pipeline types without the runtime importing pipeline)
+    inputs: tuple[Any, ...] = ()
     card: Callable[[Sequence[int]], int] = _same
     task: bool = False
     holds: int = 0  # input items the operator itself may hold at once, beyond channels
@@ -103,7 +112,7 @@ class Node:
     opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
 
 
-def graph_nodes(root: Pipeline[Any]) -> list[Node]:
+def graph_nodes(root: Described) -> list[Node]:
     """The nodes of a graph, each once, in a fixed order (depth first from the sink).
 
     Without recursion: a chain may be longer than the recursion limit.
@@ -119,6 +128,6 @@ def graph_nodes(root: Pipeline[Any]) -> list[Node]:
     return list(out.values())
 
 
-def number_nodes(root: Pipeline[Any]) -> dict[int, int]:
+def number_nodes(root: Described) -> dict[int, int]:
     """Number the nodes of a graph (by ``id``) in ``graph_nodes``' order."""
     return {id(node): i for i, node in enumerate(graph_nodes(root))}

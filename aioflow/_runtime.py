@@ -22,7 +22,7 @@ import asyncio
 import os
 from collections.abc import Callable, Coroutine
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ._channel import Channel
 from ._ctx import Ctx
@@ -36,6 +36,7 @@ from ._graph import (
     Build,
     Chunk,
     ChunkIter,
+    Described,
     Node,
     OpenCount,
     Opener,
@@ -47,9 +48,6 @@ from ._stages import LaneCell, items_of, metered, pump, take_lane
 from ._tasks import aclosing, cancel_and_wait, cancelling, keep_task, retrieve
 from ._threads import DaemonPool
 from .stats import RunStats
-
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
 
 __all__ = [
     "CHANNEL_CHUNKS",
@@ -84,7 +82,7 @@ class Run:
 
     def __init__(
         self,
-        root: Pipeline[Any] | None = None,
+        root: Described | None = None,
         opens: dict[int, int] | None = None,
         nodes: dict[int, Any] | None = None,
     ) -> None:
@@ -121,7 +119,7 @@ class Run:
 
     def open(
         self,
-        pipeline: Pipeline[Any],
+        pipeline: Described,
         *,
         parent: StageMeter | None = None,
         boundary: bool = False,
@@ -150,7 +148,7 @@ class Run:
 
     def _split(
         self,
-        pipeline: Pipeline[Any],
+        pipeline: Described,
         parent: StageMeter | None,
         reader: LaneCell | None,
         same_lane: bool,
@@ -228,7 +226,7 @@ class Run:
         idx = self.node_index.get(id(node))
         return idx if idx is not None and self.open_counts.get(idx) == 1 else None
 
-    def _opener(self, q: Pipeline[Any], parent: StageMeter | None, reader: LaneCell) -> Opener:
+    def _opener(self, q: Described, parent: StageMeter | None, reader: LaneCell) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
         return lambda: self.open(q, parent=parent, reader=reader)
 
@@ -299,7 +297,7 @@ class Run:
             obj = self._kept[key] = make()
             return obj
 
-    def start_output(self, pipeline: Pipeline[Any], chan: Channel) -> asyncio.Task[Any]:
+    def start_output(self, pipeline: Described, chan: Channel) -> asyncio.Task[Any]:
         """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
         node = pipeline._node
         if METER:
