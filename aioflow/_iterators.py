@@ -15,44 +15,30 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
-from time import monotonic, perf_counter
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, Channel, Chunk, Run
-from ._threads import DaemonPool
-from .errors import NextTimeout
+from ._channel import Channel, ThreadChannel
+from ._engine import Engine
+from ._graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from ._runtime import Run
+from ._state import check_state, make_state, next_opens, refuse_inexact, take_nodes
+from .errors import NextTimeout, PipelineError
 from .stats import RunStats
 
 if TYPE_CHECKING:
-    from ._meters import Lane
     from .pipeline import Pipeline
 
 T = TypeVar("T")
 
-__all__ = ["AsyncPipelineIterator", "PipelineIterator", "new_event_loop"]
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop: uvloop's when installed (unless ``AIOFLOW_LOOP=asyncio``)."""
-    if os.environ.get("AIOFLOW_LOOP", "").lower() != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+__all__ = ["AsyncPipelineIterator", "PipelineIterator"]
 
 
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
-        from .errors import PipelineError
-
         raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return timeout
 
@@ -72,8 +58,6 @@ class _Resumable:
         self._count = self._skip = self._base = 0
         self._opens = self._nodes = None
         if state is not None:
-            from ._state import check_state
-
             self._count, self._opens, self._nodes = check_state(pipeline, state)
             # seeking: the run starts where the state was taken; replaying: it skips
             self._base = self._count if self._nodes is not None else 0
@@ -103,8 +87,6 @@ class _Resumable:
             ...     list(rest)
             [2, 3, 4]
         """
-        from ._state import make_state, next_opens, refuse_inexact, take_nodes
-
         refuse_inexact(self._pipeline)
         run = self._current_run()
         nodes: dict[str, Any] | None
@@ -256,203 +238,6 @@ def _abort_soon(run: Run, loop: asyncio.AbstractEventLoop) -> None:
             pass
 
 
-class ThreadChannel:
-    """Chunks from the run's loop (producer) to a consumer in another thread.
-
-    The producer side has ``Channel``'s ``put``/``close``/``full_for``; the consumer takes
-    every chunk available at once with ``take``, so one thread hand-off moves many chunks.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4) -> None:
-        self._loop = loop
-        self._cond = threading.Condition(threading.Lock())
-        self._q: deque[Chunk] = deque()
-        self._closed = False
-        self._exc: BaseException | None = None
-        self._space = asyncio.Event()
-        self._waiting = False
-        self.max_chunks = max_chunks
-        self.waits: Lane | None = None  # the run's record of the consumer's waits
-
-    def full_for(self, chunk: Chunk) -> bool:
-        return len(self._q) >= self.max_chunks
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def discard(self) -> None:
-        with self._cond:
-            self._q.clear()
-
-    async def put(self, chunk: Chunk) -> None:
-        while True:
-            with self._cond:
-                if len(self._q) < self.max_chunks:
-                    self._q.append(chunk)
-                    self._cond.notify()
-                    return
-                self._waiting = True
-                self._space.clear()
-            await self._space.wait()
-
-    def close(self, exc: BaseException | None = None) -> None:
-        with self._cond:
-            self._closed = True
-            self._exc = exc
-            self._cond.notify()
-
-    def take(self, timeout: float | None) -> list[Chunk] | None:
-        """Every chunk available (waiting up to ``timeout``); None at the end."""
-        with self._cond:
-            if not self._q:
-                deadline = None if timeout is None else monotonic() + timeout
-                t0 = perf_counter()
-                while not self._q:
-                    if self._closed:
-                        if self._exc is not None:
-                            exc, self._exc = self._exc, None
-                            raise exc
-                        return None
-                    if deadline is None:
-                        self._cond.wait()
-                    else:
-                        left = deadline - monotonic()
-                        timed_out = left <= 0 or not self._cond.wait(left)
-                        if timed_out and not self._q and not self._closed:
-                            raise NextTimeout(f"no item within {timeout} s")
-                if self.waits is not None:
-                    t1 = perf_counter()
-                    self.waits.work(t1, t1 - t0)
-            chunks = list(self._q)
-            self._q.clear()
-            wake, self._waiting = self._waiting, False
-        if wake:
-            try:
-                self._loop.call_soon_threadsafe(self._space.set)
-            except RuntimeError:  # loop already closed: nobody is waiting any more
-                pass
-        return chunks
-
-
-class _Engine:
-    """The background thread and loop of one sync run. Holds no reference to the iterator."""
-
-    def __init__(self, pipeline: Pipeline[Any], make_run: Callable[[], Run]) -> None:
-        self.pipeline = pipeline
-        self.make_run = make_run
-        self.ready = threading.Event()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.run: Run | None = None
-        self.chan: ThreadChannel | None = None
-        self.stop: asyncio.Event | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, name="aioflow-run", daemon=True)
-
-    def start(self) -> ThreadChannel:
-        self.thread.start()
-        self.ready.wait()
-        if self.error is not None:
-            raise self.error
-        assert self.chan is not None
-        return self.chan
-
-    def _main(self) -> None:
-        try:
-            loop = self.loop = new_event_loop()
-        except BaseException as e:  # pragma: no cover - cannot make a loop
-            self.error = e
-            self.ready.set()
-            return
-        # blocking calls of the run (file reads) go to a pool that closing may abandon
-        pool = DaemonPool(None, "aioflow-io", what="the sync adapter's thread pool")
-        loop.set_default_executor(pool)
-        try:
-            self._drive(loop)
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(pool.aclose())
-            finally:
-                loop.close()
-
-    def _drive(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Run ``_amain`` to its end, even past a SystemExit/KeyboardInterrupt of a task.
-
-        asyncio lets those two out of ``run_until_complete`` when a user's async function
-        raises them in a task of its own; the loop stops there. The consumer gets the
-        exception, and the loop is resumed so that the run still closes everything.
-        """
-        main = loop.create_task(self._amain())
-        while True:
-            try:
-                loop.run_until_complete(main)
-                return
-            except BaseException as e:
-                self._fail(e)
-                if main.done():
-                    return
-
-    def _fail(self, exc: BaseException) -> None:
-        chan = self.chan
-        if chan is None:
-            self.error = exc
-            self.ready.set()
-            return
-        if not chan.closed:
-            chan.close(exc)
-        if self.stop is not None:
-            self.stop.set()
-
-    async def _amain(self) -> None:
-        loop = asyncio.get_running_loop()
-        run = self.run = self.make_run()
-        self.chan = chan = ThreadChannel(loop)
-        stop = self.stop = asyncio.Event()
-        try:
-            out = run.start_output(self.pipeline, chan)
-        except BaseException as e:
-            self.error = e
-            self.ready.set()
-            await run.aclose()
-            return
-        self.ready.set()
-        stopper = loop.create_task(stop.wait())
-        try:
-            await asyncio.wait({out, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            await asyncio.wait([stopper])
-            await run.aclose()
-            if not chan.closed:
-                chan.close()  # a thread still waiting in next() ends (the run is gone)
-
-    def _stop_now(self) -> None:
-        """On the loop: cancel the run's tasks at once, then let ``_amain`` close it.
-
-        Cancelled now, a task that is ready to run (a blocking sync source) gets its
-        ``CancelledError`` at its next step instead of reading one more item per step
-        that closing takes.
-        """
-        if self.run is not None:
-            self.run.cancel()
-        if self.stop is not None:
-            self.stop.set()
-
-    def shutdown(self, join: bool = True) -> None:
-        """Ask the run to stop and (by default) wait for its thread to end."""
-        loop, stop = self.loop, self.stop
-        if self.run is not None:
-            self.run.stopping = True
-        if loop is not None and stop is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._stop_now)
-            except RuntimeError:  # closed meanwhile
-                pass
-        if join and self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join()
-
-
 class PipelineIterator(_Resumable, Generic[T]):
     """The sync adapter: iterates a run that goes on in a background thread's event loop.
 
@@ -475,7 +260,7 @@ class PipelineIterator(_Resumable, Generic[T]):
         self._init_state(pipeline, state)
         self._timeout = _check_timeout(timeout)
         self._buf: deque[Any] = deque()
-        self._engine: _Engine | None = None
+        self._engine: Engine | None = None
         self._chan: ThreadChannel | None = None
         self._done = False
         self._finalizer: weakref.finalize | None = None
@@ -522,7 +307,7 @@ class PipelineIterator(_Resumable, Generic[T]):
         if chan is None:
             pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
             # no reference back to this iterator: its finalizer must be able to run
-            self._engine = _Engine(
+            self._engine = Engine(
                 pipeline, functools.partial(Run, self._pipeline, self._opens, self._nodes)
             )
             self._finalizer = weakref.finalize(self, self._engine.shutdown)

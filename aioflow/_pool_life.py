@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from . import _worker
-from ._calls import fn_name
+from ._policy import fn_name
 from .errors import PipelineError
 
 if TYPE_CHECKING:
+    from ._graph import Described, Node
     from ._procs import ProcessPool
-    from ._runtime import Node
-    from .pipeline import Pipeline
 
 __all__ = ["checkout", "close_nodes_pools", "release", "ship_by_value", "track"]
 
@@ -88,7 +87,7 @@ def _close_idle(ref: weakref.ref[ProcessPool]) -> None:
         pool.close_now()
 
 
-def close_nodes_pools(pipeline: Pipeline[Any]) -> None:
+def close_nodes_pools(pipeline: Described) -> None:
     """``Pipeline.close()``: close the idle pools of its stages, retire those in use."""
     nodes: list[Node] = []
     seen: set[int] = set()

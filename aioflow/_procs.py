@@ -40,24 +40,26 @@ from time import monotonic, perf_counter
 from typing import Any
 
 from . import _worker
+from ._ctx import Ctx
+from ._graph import CHUNK_MAX
 from ._meters import StageMeter
+from ._pool_batch import Batch, one_by_one, results
 from ._pool_life import checkout, release, ship_by_value, track
 from ._pool_wire import Worker
-from ._runtime import CHUNK_MAX, Ctx, Run
-from .errors import StageError, StageTimeout, WorkerDied, short_repr
+from ._timeouts import arm
+from .errors import WorkerDied
 
 __all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool"]
 
 #: A batch of items sent to a worker should take about this long to compute.
 TASK_SECONDS = 0.01
-_pools: weakref.WeakKeyDictionary[Run, dict[Any, ProcessPool]] = weakref.WeakKeyDictionary()
 
 
 def run_process_pool(
     ctx: Ctx, workers: int, timeout: float | None, ordered: bool = True
 ) -> ProcessPool:
     """The process pool of this stage in this run: the node's warm one, or a new one."""
-    pools = _pools.setdefault(ctx.run, {})
+    pools: dict[Any, ProcessPool] = ctx.run.per_run("process pools", dict)
     key = (ctx.meter.key, workers, timeout, ordered)
     pool = pools.get(key)
     if pool is None or pool.closed or pool.broken is not None:
@@ -76,31 +78,6 @@ def run_process_pool(
 
 
 # -- the pool -------------------------------------------------------------------------
-class _Task:
-    __slots__ = (
-        "batch", "entries", "failures", "fds", "fn_id", "fut", "id", "items", "n", "pos",
-        "timer",
-    )  # fmt: skip
-
-    def __init__(self, tid: int, fn_id: int, items: list[Any], pos: int, fut: Any) -> None:
-        self.id = tid
-        self.fn_id = fn_id
-        self.items = items
-        self.n = len(items)
-        self.pos = pos
-        self.fut: asyncio.Future[list[Any]] = fut
-        self.batch: Any = None  # the items pickled at once, or None: one by one
-        self.entries: list[Any] | None = None
-        self.fds: list[int] = []  # shared memory of its items, until sent
-        self.failures: dict[int, _worker.Failure] = {}  # items that could not be pickled
-        self.timer: asyncio.TimerHandle | None = None
-
-    def drop(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
-
-
 class ProcessPool:
     """Worker processes of one stage, fed batches of items from the loop of a run."""
 
@@ -116,7 +93,7 @@ class ProcessPool:
         self.max_batch = max(1, (workers + CHUNK_MAX) // (2 * self.slots))
         self.workers: list[Worker] = []
         self.graveyard: list[subprocess.Popen[bytes]] = []  # dead or killed, to reap
-        self.pending: deque[_Task] = deque()
+        self.pending: deque[Batch] = deque()
         self.fns: list[tuple[Callable[..., Any], bytes]] = []
         self.broken: tuple[int | None, int | None, int | None] | None = None
         self.closed = False
@@ -191,31 +168,14 @@ class ProcessPool:
         if self.broken is not None:
             raise self._died(pos, len(items), running=False)
         assert self.loop is not None
-        task = _Task(next(self._ids), fn_id, items, pos, self.loop.create_future())
+        task = Batch(next(self._ids), fn_id, items, pos, self.loop.create_future())
         try:
             task.batch = _worker.pack(items, task.fds)
         except Exception:
-            self._one_by_one(task)
+            one_by_one(task, self.stage)
         self.pending.append(task)
         self._dispatch()
         return task.fut
-
-    def _one_by_one(self, task: _Task) -> None:
-        """Pickle a task's items each on its own: one that cannot go fails only itself."""
-        task.batch = None
-        task.entries = []
-        for j, x in enumerate(task.items):
-            try:
-                task.entries.append(_worker.pack(x, task.fds))
-            except Exception as e:
-                task.entries.append(None)
-                task.failures[j] = _worker.Failure(
-                    StageError(
-                        f"stage {self.stage!r}: item {task.pos + j} ({short_repr(x)}) cannot"
-                        f" be sent to a worker process: {e!r}",
-                        stage=self.stage,
-                    )
-                )
 
     # -- closing ------------------------------------------------------------------------
     def _shut(self) -> list[subprocess.Popen[bytes]]:
@@ -286,7 +246,7 @@ class ProcessPool:
                 if w.ready and len(w.tasks) <= level:
                     self._send(w, self.pending.popleft())
 
-    def _send(self, w: Worker, task: _Task) -> None:
+    def _send(self, w: Worker, task: Batch) -> None:
         if task.fut.done():  # cancelled before it was sent
             task.drop()
             return
@@ -295,8 +255,9 @@ class ProcessPool:
         task.fds = []
         w.fns.add(task.fn_id)
         w.tasks.append(task)
-        if self.timeout is not None and self.loop is not None:
-            task.timer = self.loop.call_later(self.timeout, self._expire, w, task)
+        if self.timeout is not None:
+            stop = partial(self._expire, w, task)
+            task.timer = arm(task.fut, self.timeout, stop, self.stage, task.pos)
 
     def _on_readable(self, w: Worker) -> None:
         msgs, eof = w.read()
@@ -321,7 +282,7 @@ class ProcessPool:
                 task.timer.cancel()
             if kind is None:  # an item could not be loaded there: send them one by one
                 if not task.fut.done():
-                    self._one_by_one(task)
+                    one_by_one(task, self.stage)
                     self.pending.appendleft(task)
                 return
             if self.meter is not None:  # time computing, not time queued behind a batch
@@ -330,51 +291,11 @@ class ProcessPool:
             s = self.item_seconds
             self.item_seconds = per_item if s is None else 0.7 * s + 0.3 * per_item
             if not task.fut.done():
-                task.fut.set_result(self._results(task, kind, payload, fds))
+                task.fut.set_result(results(task, kind, payload, fds, self.stage))
         finally:
             while fds:
                 os.close(fds.popleft())
             self._dispatch()
-
-    def _results(self, task: _Task, kind: str, payload: Any, fds: deque[int]) -> list[Any]:
-        if kind == "items":
-            out = [self._result(task, j, e, fds) for j, e in enumerate(payload)]
-        else:
-            out = self._batch_results(task, payload, fds)
-        for j, f in task.failures.items():  # items that could not be sent
-            out[j] = f
-        return out
-
-    def _batch_results(self, task: _Task, payload: Any, fds: deque[int]) -> list[Any]:
-        try:
-            ys = _worker.unpack(payload, fds)
-        except Exception as e:
-            what = f"items {task.pos}..{task.pos + task.n - 1}" if task.n > 1 else task.pos
-            err = StageError(
-                f"stage {self.stage!r}: the results of {what} could not be unpickled here: {e!r}",
-                stage=self.stage,
-            )
-            return [_worker.Failure(err)] * task.n
-        return [self._failure(y) for y in ys]
-
-    def _result(self, task: _Task, j: int, entry: Any, fds: deque[int]) -> Any:
-        try:
-            y = _worker.unpack(entry, fds)
-        except Exception as e:
-            return _worker.Failure(
-                StageError(
-                    f"stage {self.stage!r}: the result of item {task.pos + j} could not be"
-                    f" unpickled here: {e!r}",
-                    stage=self.stage,
-
-                )
-            )
-        return self._failure(y)
-
-    def _failure(self, y: Any) -> Any:
-        if type(y) is _worker.Failure and y.exc is None:
-            y.exc = StageError(f"stage {self.stage!r}: {y.why}", stage=self.stage)
-        return y
 
     def _lost(self, w: Worker) -> None:
         """A worker died on its own: fail its calls, and every later one (broken pool)."""
@@ -410,18 +331,13 @@ class ProcessPool:
             exitcode=code,
         )
 
-    def _expire(self, w: Worker, task: _Task) -> None:
-        """A call ran past ``timeout``: kill its worker (never wait), start another."""
+    def _expire(self, w: Worker, task: Batch) -> str | None:
+        """A call ran past ``timeout`` (``_timeouts.arm``): kill its worker (never wait),
+        start another; None if it is not running (any more)."""
         if not w.tasks or w.tasks[0] is not task:
-            return
+            return None
         w.tasks.popleft()  # (with a timeout, a worker has one batch at a time)
         self._discard(w, kill=True)
-        if not task.fut.done():
-            task.fut.set_exception(
-                StageTimeout(
-                    f"stage {self.stage!r}: the call on item {task.pos} took longer than"
-                    f" {self.timeout} s; its worker process {w.proc.pid} was killed"
-                )
-            )
         if not self.closed:
             self._spawn()
+        return f"; its worker process {w.proc.pid} was killed"

@@ -1,438 +1,80 @@
-"""The runtime: how a run is built from a Pipeline, who owns its tasks, how it shuts down.
+"""The run: how a run is built from a Pipeline, who owns its tasks, how it shuts down.
 
-Items travel between stages as *chunks*: non-empty lists of items. An operator is an
-async generator over the chunks of its input that yields chunks (see ``Build``); moving
-lists instead of single items is what keeps the per-item cost of the queued runtime low.
-
-A node marked ``task=True`` (sources, concurrent maps, prefetch, fan-in) runs in a task
-of its own, and its output goes through a bounded ``Channel`` to the next stage; its
-inputs are read from channels too. Consecutive inline nodes are fused: they are async
-generators chained inside the task that reads them. The consumer of a run reads the last
-channel.
+``Run.open`` opens the graph from the sink (``_graph``): a node marked ``task=True``
+(sources, concurrent maps, prefetch, fan-in) runs in a task of its own, and its output
+goes through a bounded ``Channel`` (``_channel``) to the next stage; consecutive inline
+nodes are fused, async generators chained inside the task that reads them (``_stages``).
+The consumer of a run reads the last channel (``_iterators``).
 
 Ownership flows downstream: a channel's reader starts the producing task on first read
 and, when closed (end, error, break, cancellation), cancels and awaits it; the producer
 closes its own generator, which closes its readers, and so on up the graph. ``Run``
-also keeps every task it started and cancels and awaits any that remain at ``aclose``.
+starts every task (``Run.start``), keeps every per-run resource (``Run.per_run``,
+``Run.resources``), and at ``aclose`` cancels and awaits any task that remains, then
+closes the resources in reverse order.
+
+This module also re-exports the runtime's vocabulary for the operator modules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import threading
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-from ._meters import Lane, QueueMeter, StageMeter
+from ._channel import Channel
+from ._ctx import Ctx
+from ._graph import (
+    CHANNEL_CHUNKS,
+    CHANNEL_ITEMS,
+    CHUNK_MAX,
+    FUSE_MAX,
+    INFINITE_CARD,
+    UNKNOWN_CARD,
+    Build,
+    Chunk,
+    ChunkIter,
+    Described,
+    Node,
+    OpenCount,
+    Opener,
+    graph_nodes,
+    number_nodes,
+)
+from ._meters import Lane, StageMeter
+from ._stages import LaneCell, items_of, metered, pump, take_lane
+from ._tasks import aclosing, cancel_and_wait, cancelling, keep_task, retrieve
 from ._threads import DaemonPool
-from .errors import control_flow_error
 from .stats import RunStats
 
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
-
 __all__ = [
+    "CHANNEL_CHUNKS",
+    "CHANNEL_ITEMS",
     "CHUNK_MAX",
+    "INFINITE_CARD",
+    "UNKNOWN_CARD",
     "Build",
     "Channel",
     "Chunk",
     "ChunkIter",
     "Ctx",
     "Node",
+    "OpenCount",
     "Opener",
     "Run",
     "aclosing",
     "cancelling",
+    "graph_nodes",
     "items_of",
 ]
 
-Chunk = list[Any]
-ChunkIter = AsyncGenerator[Chunk, None]
-Opener = Callable[[], ChunkIter]
-
-#: Largest chunk a source makes; sources adapt their chunk size below it by time.
-CHUNK_MAX = 256
-#: Default bound of a channel between two tasks: this many chunks and this many items.
-CHANNEL_CHUNKS = 2
-CHANNEL_ITEMS = 2 * CHUNK_MAX
-
-#: Longest chain of fused stages in one task; a longer one goes on in another task.
-FUSE_MAX = 64
-
-aclosing = contextlib.aclosing
+R = TypeVar("R")
 
 #: Whether runs keep per-stage stats (``AIOFLOW_STATS=0`` turns the meters off; read when a
 #: stage is opened, so ``bench/overhead.py`` can compare both in one process).
 METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
-
-
-LaneCell = list[Lane | None]  # an instance's lane, once it runs (see _meters)
-
-
-class Ctx:
-    """What a node's build function gets: its run, its meter, and how to open pipelines."""
-
-    __slots__ = ("hook", "lane", "meter", "no", "node", "open_index", "resume", "run")
-
-    def __init__(
-        self, run: Run, node: Node, meter: StageMeter, open_index: int, lane: LaneCell
-    ) -> None:
-        self.run = run
-        self.node = node
-        self.meter = meter
-        self.open_index = open_index  # how many times this node was opened before, ever
-        self.lane = lane  # this instance's lane, once it runs: sub-pipelines report to it
-        # resuming (see _state.py): the node's number in the graph when this is its first
-        # opening in the run, and the state it saved, to start from (None: from the start)
-        self.no: int | None = run.node_index.get(id(node))
-        first = run.first_opening(node) is not None
-        self.resume: Any = run.resume_nodes.get(self.no) if first and self.no is not None else None
-        self.hook: Callable[[Callable[[int], Any]], None] | None = None
-        if run.sub_resume is not None:  # the root of a sub-pipeline opened by Ctx.open
-            (self.resume, self.hook), run.sub_resume = run.sub_resume, None
-
-    def seeker(self, fn: Callable[[int], Any]) -> None:
-        """A node says where it was after its first ``k`` items out of this opening."""
-        if self.hook is not None:
-            self.hook(fn)
-        elif self.no is not None:  # by opening: repeat opens its input again per epoch
-            seekers = self.run.seekers
-            seekers[(self.no, self.open_index)] = fn
-            seekers.pop((self.no, self.open_index - 2), None)  # two epochs are enough
-
-    @property
-    def name(self) -> str:
-        return self.meter.name
-
-    def open(
-        self,
-        pipeline: Pipeline[Any],
-        resume: Any = None,
-        hook: Callable[[Callable[[int], Any]], None] | None = None,
-    ) -> ChunkIter:
-        """Open a sub-pipeline (from flat_map, interleave, ...) inside this run.
-
-        ``resume``/``hook``: the state its first stage starts from, and what gets that
-        stage's ``seeker`` (see ``_state.py``).
-        """
-        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
-        gen = self.run.open(pipeline, parent=self.meter, reader=self.lane, same_lane=False)
-        self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
-        return gen
-
-    def open_task(
-        self,
-        pipeline: Pipeline[Any],
-        *,
-        chunks: int = CHANNEL_CHUNKS,
-        resume: Any = None,
-        hook: Callable[[Callable[[int], Any]], None] | None = None,
-    ) -> ChunkIter:
-        """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
-        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
-        gen = self.run.open(
-            pipeline,
-            parent=self.meter,
-            boundary=True,
-            chunks=chunks,
-            reader=self.lane,
-            same_lane=False,
-        )
-        self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
-        return gen
-
-
-Build = Callable[[Ctx, Sequence[Opener]], ChunkIter]
-
-
-def _same(cards: Sequence[int]) -> int:
-    return cards[0] if cards else UNKNOWN_CARD
-
-
-INFINITE_CARD = -1
-UNKNOWN_CARD = -2
-
-
-
-class OpenCount:
-    """How many times a node was opened: ``next()`` counts (thread-safe), ``peek()`` looks.
-
-    It pickles and copies as its value (a ``distribute`` job ships nodes to workers;
-    pickling an ``itertools.count`` is deprecated since Python 3.12).
-    """
-
-    __slots__ = ("_lock", "_n")
-
-    def __init__(self, start: int = 0) -> None:
-        self._n = start
-        self._lock = threading.Lock()
-
-    def __next__(self) -> int:
-        with self._lock:
-            n = self._n
-            self._n = n + 1
-            return n
-
-    def peek(self) -> int:
-        """The index the next opening will get."""
-        return self._n
-
-    def __reduce__(self) -> tuple[type[OpenCount], tuple[int]]:
-        return (OpenCount, (self._n,))
-
-@dataclass(frozen=True, eq=False)
-class Node:
-    """One operator of a pipeline description (immutable)."""
-
-    name: str
-    build: Build
-    inputs: tuple[Pipeline[Any], ...] = ()
-    card: Callable[[Sequence[int]], int] = _same
-    task: bool = False
-    holds: int = 0  # input items the operator itself may hold at once, beyond channels
-    mult: int = 1  # how many input items one output item may hold (batch(n): n)
-    chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
-    items: int = CHANNEL_ITEMS  # ... and in items
-    grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
-    key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
-    splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
-    resume: Any = None  # how its state is taken when resuming: see _state.py
-    opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
-    # a one-item source's blocking read of its item (a local file's): a fan-in may run it
-    # in a batch on the run's threads instead of opening the node (a failure: it opens it)
-    load: Callable[[], Any] | None = field(default=None, compare=False)
-
-
-class Channel:
-    """A bounded single-producer, single-consumer queue of chunks on one event loop.
-
-    ``put`` waits while the channel holds ``max_chunks`` chunks, or while adding the chunk
-    would pass ``max_items`` (a chunk always fits into an empty channel). ``close(exc)``
-    ends the stream: ``get`` returns ``None`` after the last chunk, or raises ``exc``.
-    With a ``QueueMeter`` (``attach``) it reports every change of its occupancy to it.
-    """
-
-    __slots__ = (
-        "_closed",
-        "_exc",
-        "_getter",
-        "_n",
-        "_putter",
-        "_q",
-        "max_chunks",
-        "max_items",
-        "put_waits",
-        "qm",
-        "waits",
-    )
-
-    def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
-        self._q: deque[Chunk] = deque()
-        self._n = 0
-        self._getter: asyncio.Future[None] | None = None
-        self._putter: asyncio.Future[None] | None = None
-        self._closed = False
-        self._exc: BaseException | None = None
-        self.max_chunks = max(1, max_chunks)
-        self.max_items = max(1, max_items)
-        self.put_waits = 0  # how often a put found the channel full
-        self.qm: QueueMeter | None = None
-        self.waits: Lane | None = None  # the consumer's channel: its reader's waits
-
-    def attach(self, meter: StageMeter) -> None:
-        """Report this channel's occupancy to ``meter`` (the stage that fills it)."""
-        self.qm = meter.open_queue(self.max_chunks, self.max_items)
-
-    def detach(self) -> None:
-        qm, self.qm = self.qm, None
-        if qm is not None:
-            qm.close()
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def full_for(self, chunk: Chunk) -> bool:
-        return bool(self._q) and (
-            len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
-        )
-
-    def discard(self) -> None:
-        """Drop whatever is still buffered (the run is over; nobody will read it)."""
-        self._q.clear()
-        self._n = 0
-
-    def grow(self, limit: int) -> None:
-        """Double the bound, up to ``limit`` items (``prefetch(AUTOTUNE)``)."""
-        self.max_items = min(limit, 2 * self.max_items)
-        self.max_chunks = min(limit, 2 * self.max_chunks)
-        if self.qm is not None:
-            self.qm.resize(self.max_chunks, self.max_items)
-        p = self._putter
-        if p is not None and not p.done():
-            p.set_result(None)
-
-    async def put(self, chunk: Chunk) -> None:
-        if self.full_for(chunk):
-            self.put_waits += 1
-        while self.full_for(chunk):
-            fut = self._putter = asyncio.get_running_loop().create_future()
-            try:
-                await fut
-            finally:
-                self._putter = None
-        self._q.append(chunk)
-        self._n += len(chunk)
-        if self.qm is not None:
-            self.qm.note(len(self._q), self._n)
-        g = self._getter
-        if g is not None and not g.done():
-            g.set_result(None)
-
-    def close(self, exc: BaseException | None = None) -> None:
-        self._closed = True
-        self._exc = exc
-        g = self._getter
-        if g is not None and not g.done():
-            g.set_result(None)
-
-    async def get(self) -> Chunk | None:
-        while not self._q:
-            if self._closed:
-                if self._exc is not None:
-                    raise self._exc
-                return None
-            fut = self._getter = asyncio.get_running_loop().create_future()
-            t0 = perf_counter()
-            try:
-                await fut
-            finally:
-                self._getter = None
-                if self.waits is not None:
-                    t1 = perf_counter()
-                    self.waits.work(t1, t1 - t0)
-        chunk = self._q.popleft()
-        self._n -= len(chunk)
-        if self.qm is not None:
-            self.qm.note(len(self._q), self._n)
-        p = self._putter
-        if p is not None and not p.done():
-            p.set_result(None)
-        return chunk
-
-
-async def _metered(
-    gen: ChunkIter, meter: StageMeter, mine: LaneCell, reader: LaneCell | None, same: bool
-) -> ChunkIter:
-    """Counts a stage's output and the time spent producing it (inclusive of fused input),
-    and its own busy time (exclusive of its inputs) on the lane of this instance."""
-    pc = perf_counter
-    nxt = gen.__anext__
-    up = reader[0] if reader is not None else None
-    ln = mine[0] = meter.take_lane(up.index if up is not None and same else None)
-    try:
-        while True:
-            t0, c0 = pc(), ln.inner
-            try:
-                chunk = await nxt()
-            except StopAsyncIteration:
-                return
-            finally:
-                # (inlined: this runs per chunk) own time = all of it minus its inputs'
-                t1 = pc()
-                dt = t1 - t0
-                meter.t_next += dt
-                if up is not None:  # time inside an input, for the instance reading this one
-                    up.inner += dt
-                own = dt - (ln.inner - c0)
-                if own > 0.0:
-                    ln.work(t1, own)
-            meter.items_out += len(chunk)
-            meter.chunks_out += 1
-            yield chunk
-    finally:
-        ln.in_use = False
-        await gen.aclose()
-
-
-async def items_of(src: ChunkIter) -> AsyncIterator[Any]:
-    """Flatten chunks into single items (for item-at-a-time operators)."""
-    async with aclosing(src):
-        async for chunk in src:
-            for x in chunk:
-                yield x
-
-
-def cancelling() -> bool:
-    """Whether the current task is being cancelled (by the run, or its consumer's owner).
-
-    A ``CancelledError`` while this is false was raised by a user's function (it awaited
-    something that someone else cancelled): an error of its stage, not the run's end.
-    """
-    task = asyncio.current_task()
-    return task is None or task.cancelling() > 0
-
-
-async def in_thread(fn: Callable[[], Any]) -> None:
-    """Run a blocking call (an external sort writing a run) in a thread of its own.
-
-    Not in the loop's default executor: that refuses work once the interpreter is
-    exiting. Nothing on a run's close path uses it (a new thread is refused then too).
-    """
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    failure: list[BaseException] = []
-
-    def finish() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as e:  # reported to the awaiting task
-            failure.append(e)
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(finish)
-
-    t = threading.Thread(target=target, name="aioflow-close", daemon=True)
-    t.start()
-    try:
-        await asyncio.shield(done)
-    finally:
-        if done.done():
-            t.join()
-    if failure:
-        raise failure[0]
-
-
-async def _wait_quietly(task: asyncio.Task[Any]) -> None:
-    """Wait for a cancelled task to end without re-raising what it raised."""
-    if task.done():
-        if not task.cancelled():
-            task.exception()  # mark retrieved
-        return
-    try:
-        await asyncio.wait([task])
-    except asyncio.CancelledError:
-        # we are being cancelled while waiting: keep waiting once more, then give up
-        # (the run's own aclose cancels and awaits whatever is left)
-        task.cancel()
-        raise
-    if not task.cancelled():
-        task.exception()
-
-
-_closing: set[asyncio.Task[None]] = set()  # runs being closed by abort()
 
 
 class Run:
@@ -440,13 +82,13 @@ class Run:
 
     def __init__(
         self,
-        root: Pipeline[Any] | None = None,
+        root: Described | None = None,
         opens: dict[int, int] | None = None,
         nodes: dict[int, Any] | None = None,
     ) -> None:
         # Static nodes are numbered in the root's graph, so a state can name them; `opens`
         # (from a state) gives the open_index each node had in the run being resumed.
-        self.node_index: dict[int, int] = {} if root is None else _number_nodes(root)
+        self.node_index: dict[int, int] = {} if root is None else number_nodes(root)
         self.resume_opens = opens
         self.first_open: dict[int, int] = {}
         self.open_counts: dict[int, int] = {}
@@ -456,8 +98,9 @@ class Run:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
+        self._kept: dict[Any, Any] = {}  # per-run objects of stages (see per_run)
+        self._closers: set[asyncio.Task[Any]] = set()  # abort's closing task, until done
         self._depths: dict[int, int] = {}  # id(node) -> its fused depth (_fused_depth)
-        self._pool: DaemonPool | None = None
         self.closed = False
         # set from the consumer's thread when it closes: a blocking source reads no more
         self.stopping = False
@@ -476,7 +119,7 @@ class Run:
 
     def open(
         self,
-        pipeline: Pipeline[Any],
+        pipeline: Described,
         *,
         parent: StageMeter | None = None,
         boundary: bool = False,
@@ -497,21 +140,15 @@ class Run:
             return self._split(pipeline, parent, reader, same_lane)
         mine: LaneCell = [None]
         gen, meter = self._build(node, parent, mine)
-        if node.task or boundary:
-            meter.task = True
-            return self._reader(
-                gen,
-                meter,
-                chunks if chunks is not None else node.chunks,
-                node.items,
-                node.grow_to,
-                (mine, reader, same_lane),
-            )
-        return _metered(gen, meter, mine, reader, same_lane) if METER else gen
+        if fused:
+            return metered(gen, meter, mine, reader, same_lane) if METER else gen
+        meter.task = True
+        chan = Channel(chunks if chunks is not None else node.chunks, node.items)
+        return self._reader(gen, meter, chan, node.grow_to, (mine, reader, same_lane))
 
     def _split(
         self,
-        pipeline: Pipeline[Any],
+        pipeline: Described,
         parent: StageMeter | None,
         reader: LaneCell | None,
         same_lane: bool,
@@ -532,8 +169,7 @@ class Run:
                     yield chunk
 
         hop = StageMeter(f"{pipeline._node.name} (split)", None)
-        lanes = (hop_lane, reader, same_lane)
-        return self._reader(rest(), hop, CHANNEL_CHUNKS, CHANNEL_ITEMS, 0, lanes)
+        return self._reader(rest(), hop, Channel(), 0, (hop_lane, reader, same_lane))
 
     def _fused_depth(self, node: Node) -> int:
         """How many stages run on one stack when ``node`` is read: itself and its chain of
@@ -590,7 +226,7 @@ class Run:
         idx = self.node_index.get(id(node))
         return idx if idx is not None and self.open_counts.get(idx) == 1 else None
 
-    def _opener(self, q: Pipeline[Any], parent: StageMeter | None, reader: LaneCell) -> Opener:
+    def _opener(self, q: Described, parent: StageMeter | None, reader: LaneCell) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
         return lambda: self.open(q, parent=parent, reader=reader)
 
@@ -598,20 +234,19 @@ class Run:
         self,
         gen: ChunkIter,
         meter: StageMeter,
-        max_chunks: int,
-        max_items: int,
+        chan: Channel,
         grow_to: int,
         lanes: tuple[LaneCell, LaneCell | None, bool],
     ) -> ChunkIter:
-        chan = Channel(max_chunks, max_items)
+        """The chunks of a stage run in a task of its own (started on first read), which
+        feeds ``chan``; closing this cancels and awaits that task."""
         meter.channel = chan
         ln = up = None
         if METER:
             chan.attach(meter)
-            mine, reader, same = lanes
-            up = reader[0] if reader is not None else None
-            ln = mine[0] = meter.take_lane(up.index if up is not None and same else None)
-        task = self.start(_pump(gen, chan, meter, METER, ln), meter.name)
+            ln = take_lane(meter, *lanes)
+            up = lanes[1][0] if lanes[1] is not None else None
+        task = self.start(pump(gen, chan, meter, ln), meter.name)
         pc = perf_counter
         seen_waits = 0
         try:
@@ -634,50 +269,64 @@ class Run:
                     return
                 yield chunk
         finally:
-            task.cancel()
-            await _wait_quietly(task)
+            await cancel_and_wait([task])
             chan.detach()
             if ln is not None:
                 ln.in_use = False
 
-    def start(self, coro: Any, name: str = "aioflow") -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        return task
+    def start(
+        self, coro: Coroutine[Any, Any, R], name: str = "aioflow", *, cancel: bool = True
+    ) -> asyncio.Task[R]:
+        """Start ``coro`` as a task of this run: the one way a task of a run is started.
 
-    def start_output(self, pipeline: Pipeline[Any], chan: Any) -> asyncio.Task[Any]:
+        The run keeps it until it is done; ``aclose`` cancels and awaits what remains.
+        ``cancel=False``: a closing task (it releases something that must not be left
+        open, through any cancellation): kept until done, never cancelled by the run.
+        """
+        return keep_task(coro, name, self.tasks if cancel else self._closers)
+
+    def per_run(self, key: Any, make: Callable[[], R]) -> R:
+        """The object of this run kept under ``key``, made by ``make()`` the first time.
+
+        Per-run state of a stage (its process pool, the error policy its file readers
+        share) lives here and goes with the run.
+        """
+        try:
+            return self._kept[key]
+        except KeyError:
+            obj = self._kept[key] = make()
+            return obj
+
+    def start_output(self, pipeline: Described, chan: Channel) -> asyncio.Task[Any]:
         """Start the run's last stage in a task that feeds ``chan`` (the consumer's)."""
         node = pipeline._node
         if METER:
-            chan.waits = self.consumer  # (a Channel, or the sync adapter's ThreadChannel)
+            chan.waits = self.consumer
         if node.task:
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's
             hop = StageMeter("output", None)
-            return self.start(_pump(self.open(pipeline), chan, hop, False), "output")
+            return self.start(pump(self.open(pipeline), chan, hop, None), "output")
         mine: LaneCell = [None]
         gen, meter = self._build(node, None, mine)
-        if isinstance(chan, Channel):
+        if not chan.threaded:
             meter.channel = chan
             if METER:
                 chan.attach(meter)
         ln = mine[0] = meter.take_lane() if METER else None
-        return self.start(_pump(gen, chan, meter, METER, ln), "output")
+        return self.start(pump(gen, chan, meter, ln), "output")
 
     # -- shutting down ----------------------------------------------------------------
     def abort(self) -> None:
         """Close the run soon, from a sync context on its loop (a dropped iterator).
 
         Every task is cancelled now; a closing task then awaits them and closes the run's
-        pools. The closing task is kept referenced until it is done.
+        pools. The run keeps the closing task referenced until it is done.
         """
         if self.closed:
             return
         self.cancel()
-        closer = asyncio.get_running_loop().create_task(self.aclose(), name="aioflow:close")
-        _closing.add(closer)
-        closer.add_done_callback(_closing.discard)
+        self.start(self.aclose(), "close", cancel=False)
 
     def cancel(self) -> None:
         """Cancel every task of the run now (on its loop); ``aclose`` then awaits them."""
@@ -691,16 +340,12 @@ class Run:
             return
         self.closed = True
         self.ended = self.ended or perf_counter()
-        for _ in range(10):
+        for _ in range(10):  # (a task may start another while it is being cancelled)
             pending = [t for t in self.tasks if not t.done()]
             if not pending:
                 break
-            for t in pending:
-                t.cancel()
-            await asyncio.wait(pending)
-        for t in list(self.tasks):
-            if t.done() and not t.cancelled():
-                t.exception()
+            await cancel_and_wait(pending)
+        retrieve(list(self.tasks))
         for m in self.meters.values():
             if m.channel is not None:
                 m.channel.discard()
@@ -711,16 +356,18 @@ class Run:
                 await res
 
     def thread_pool(self) -> DaemonPool:
-        """The run's pool for blocking file calls, closed with it (made on first use).
+        """The run's pool for blocking calls (file reads, spills), closed with it.
 
         Not the loop's default executor: that one is joined when the caller's loop ends,
         and a read that never returns (a FIFO without a writer) would block the exit.
         """
-        pool = self._pool
-        if pool is None:
-            pool = self._pool = DaemonPool(None, "aioflow-io", what="the run's file reads")
+
+        def make() -> DaemonPool:
+            pool = DaemonPool(None, "aioflow-io", what="the run's file reads")
             self.resources.append(pool.aclose)
-        return pool
+            return pool
+
+        return self.per_run("thread pool", make)
 
     def stats(self) -> RunStats:
         """A snapshot of the stats (callable from another thread while the run goes)."""
@@ -735,72 +382,3 @@ class Run:
         return RunStats.from_meters(
             meters, until - self.started, until, timeline=(self.started, self.consumer)
         )
-
-
-def graph_nodes(root: Pipeline[Any]) -> list[Node]:
-    """The nodes of a graph, each once, in a fixed order (depth first from the sink).
-
-    Without recursion: a chain may be longer than the recursion limit.
-    """
-    out: dict[int, Node] = {}
-    stack = [root]
-    while stack:
-        node = stack.pop()._node
-        if id(node) in out:
-            continue
-        out[id(node)] = node
-        stack.extend(reversed(node.inputs))
-    return list(out.values())
-
-
-def _number_nodes(root: Pipeline[Any]) -> dict[int, int]:
-    """Number the nodes of a graph in ``graph_nodes``' order."""
-    return {id(node): i for i, node in enumerate(graph_nodes(root))}
-
-
-async def _pump(
-    gen: ChunkIter, chan: Any, meter: StageMeter, metered: bool, ln: Lane | None = None
-) -> None:
-    """Drive a (fused) stage generator and push its chunks into ``chan``.
-
-    ``metered``: count the stage's output and time here (as ``_metered`` does for a fused
-    stage, on the instance's lane ``ln``), saving a generator layer per chunk.
-    """
-    pc = perf_counter
-    nxt = gen.__anext__
-    if ln is None:
-        ln = Lane(0)  # (a lane nobody reads: the hop to the consumer)
-    try:
-        while True:
-            t0, c0 = pc(), ln.inner
-            try:
-                chunk = await nxt()
-            except StopAsyncIteration:
-                break
-            finally:
-                if metered:  # (as in _metered)
-                    t1 = pc()
-                    dt = t1 - t0
-                    meter.t_next += dt
-                    own = dt - (ln.inner - c0)
-                    if own > 0.0:
-                        ln.work(t1, own)
-            if metered:
-                meter.items_out += len(chunk)
-                meter.chunks_out += 1
-            if chan.full_for(chunk):
-                t0 = pc()
-                await chan.put(chunk)
-                meter.t_wait_out += pc() - t0
-            else:
-                await chan.put(chunk)
-    except asyncio.CancelledError as e:
-        if cancelling():
-            raise
-        chan.close(control_flow_error(e, meter.name))
-    except BaseException as e:  # also SystemExit/KeyboardInterrupt from a user function
-        chan.close(e)
-    else:
-        chan.close()
-    finally:
-        await gen.aclose()

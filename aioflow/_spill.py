@@ -12,21 +12,22 @@ backstop).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import heapq
 import os
 import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from functools import partial
 from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, in_thread
-from .errors import annotate, control_flow_error
+from ._ctx import Ctx
+from ._graph import CHUNK_MAX, ChunkIter
+from ._policy import each
+from ._tasks import aclosing
+from ._threads import DaemonPool, in_thread
+from .errors import annotate
 
 __all__ = ["FANIN", "external_sort", "keys_of"]
 
@@ -59,11 +60,12 @@ def _read(path: str) -> Iterator[tuple[Any, Any]]:
 class _Runs:
     """The sorted run files of one sort, in input order, in a directory of their own."""
 
-    def __init__(self, spill_dir: str | None, reverse: bool) -> None:
+    def __init__(self, spill_dir: str | None, reverse: bool, pool: DaemonPool) -> None:
         if spill_dir is not None:
             os.makedirs(spill_dir, exist_ok=True)
         self.dir = tempfile.mkdtemp(prefix="aioflow-sort-", dir=spill_dir)
         self.reverse = reverse
+        self.pool = pool  # the run's: its threads write and merge the runs
         self.paths: list[str] = []
         self.readers: list[Iterator[tuple[Any, Any]]] = []
         self._n = 0
@@ -88,7 +90,7 @@ class _Runs:
 
     async def add(self, pairs: list[tuple[Any, Any]]) -> None:
         path = self._path()
-        await _in_thread(self._sort_and_write, pairs, path)
+        await in_thread(self.pool, self._sort_and_write, pairs, path)
         self.paths.append(path)
 
     async def merged(self) -> Iterator[tuple[Any, Any]]:
@@ -97,7 +99,7 @@ class _Runs:
             # the merged group takes the place of its runs, so input order is kept
             group, rest = self.paths[:FANIN], self.paths[FANIN:]
             path = self._path()
-            await _in_thread(self._merge_files, group, path)
+            await in_thread(self.pool, self._merge_files, group, path)
             self.paths = [path, *rest]
         self.readers = [_read(p) for p in self.paths]
         return heapq.merge(*self.readers, key=_first, reverse=self.reverse)
@@ -109,35 +111,11 @@ class _Runs:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def _in_thread(fn: Callable[..., None], *args: Any) -> None:
-    """``fn(*args)`` in a thread; a cancelled caller still waits for the thread to end.
-
-    A thread that writes a run cannot be stopped, and the files may only be removed
-    after it ended.
-    """
-    task = asyncio.ensure_future(in_thread(partial(fn, *args)))
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([task])
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: the caller is cancelled anyway
-        raise
-
-
 def keys_of(
     key: Callable[[Any], Any], chunk: list[Any], ctx: Ctx, pos: int
 ) -> tuple[list[Any], BaseException | None]:
     """The keys of a chunk, and the annotated error of the first item whose key failed."""
-    keys: list[Any] = []
-    try:
-        keys.extend(map(key, chunk))  # extend keeps the keys made before a failure
-    except Exception as e:
-        return keys, annotate(e, ctx.name, pos + len(keys))
-    if len(keys) < len(chunk):  # ``key`` raised StopIteration: map() took it for its end
-        return keys, control_flow_error(StopIteration(), ctx.name, pos + len(keys))
-    return keys, None
+    return each(key, chunk, ctx.name, pos)
 
 
 async def external_sort(
@@ -166,7 +144,7 @@ async def external_sort(
                 pairs.extend(zip(keys, chunk, strict=True))
                 while len(pairs) >= max_in_memory:
                     if runs is None:
-                        runs = _Runs(spill_dir, reverse)
+                        runs = _Runs(spill_dir, reverse, ctx.run.thread_pool())
                         ctx.run.resources.append(runs.remove)
                     run, pairs = pairs, pairs[max_in_memory:]
                     del run[max_in_memory:]

@@ -38,11 +38,11 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._graph import Described, graph_nodes, number_nodes
 from .errors import PipelineError, StateMismatch
 
 if TYPE_CHECKING:
     from ._runtime import Run
-    from .pipeline import Pipeline
 
 __all__ = ["SEEK", "Refuse", "Seek", "check_state", "fingerprint", "make_state", "take_nodes"]
 
@@ -74,11 +74,10 @@ class Refuse:
         self.why = why
 
 
-def _stages(pipeline: Pipeline[Any]) -> list[tuple[str, str]]:
-    """(name, hash) of every node, numbered as ``_runtime._number_nodes`` numbers them."""
-    from ._runtime import _number_nodes
+def _stages(pipeline: Described) -> list[tuple[str, str]]:
+    """(name, hash) of every node, numbered as ``_graph.number_nodes`` numbers them."""
 
-    nums = _number_nodes(pipeline)
+    nums = number_nodes(pipeline)
     nodes: dict[int, Any] = {}
     stack = [pipeline]
     while stack:
@@ -96,7 +95,7 @@ def _stages(pipeline: Pipeline[Any]) -> list[tuple[str, str]]:
     return out
 
 
-def fingerprint(pipeline: Pipeline[Any]) -> str:
+def fingerprint(pipeline: Described) -> str:
     """A short hash of the pipeline's description (names, configuration, function code)."""
     return hashlib.sha256(repr(_stages(pipeline)).encode()).hexdigest()[:16]
 
@@ -132,7 +131,7 @@ def _describe(v: Any) -> str:
 
 
 def make_state(
-    pipeline: Pipeline[Any], position: int, opens: dict[int, int], nodes: dict[str, Any] | None
+    pipeline: Described, position: int, opens: dict[int, int], nodes: dict[str, Any] | None
 ) -> dict[str, Any]:
     return {
         "aioflow_state": STATE_VERSION,
@@ -145,7 +144,7 @@ def make_state(
     }
 
 
-def _mismatch(pipeline: Pipeline[Any], state: dict[str, Any]) -> StateMismatch:
+def _mismatch(pipeline: Described, state: dict[str, Any]) -> StateMismatch:
     mine = _stages(pipeline)
     theirs = state.get("stages")
     where = ""
@@ -168,7 +167,7 @@ def _count(what: str, v: Any) -> int:
 
 
 def check_state(
-    pipeline: Pipeline[Any], state: Any
+    pipeline: Described, state: Any
 ) -> tuple[int, dict[int, int], dict[int, Any] | None]:
     """The position, per-node open indexes and node states a state resumes from."""
     if not isinstance(state, dict) or state.get("aioflow_state") != STATE_VERSION:
@@ -196,9 +195,8 @@ def check_state(
         raise StateMismatch(f"bad node states in state: {nodes!r:.200}") from None
 
 
-def refuse_inexact(pipeline: Pipeline[Any]) -> None:
+def refuse_inexact(pipeline: Described) -> None:
     """Raise ``PipelineError`` if a stage of the pipeline cannot be resumed exactly."""
-    from ._runtime import graph_nodes
 
     for node in graph_nodes(pipeline):
         if isinstance(node.resume, Refuse):
@@ -207,13 +205,12 @@ def refuse_inexact(pipeline: Pipeline[Any]) -> None:
             )
 
 
-def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
+def next_opens(pipeline: Described) -> dict[int, int]:
     """The open indexes a run of ``pipeline`` started now would give its nodes."""
-    from ._runtime import _number_nodes
 
     out: dict[int, int] = {}
     stack = [pipeline]
-    nums = _number_nodes(pipeline)
+    nums = number_nodes(pipeline)
     while stack:
         node = stack.pop()._node
         no = nums[id(node)]
@@ -224,16 +221,15 @@ def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
 
 
 def take_nodes(
-    pipeline: Pipeline[Any], run: Run | None, k: int, opens: dict[int, int] | None = None
+    pipeline: Described, run: Run | None, k: int, opens: dict[int, int] | None = None
 ) -> dict[str, Any] | None:
     """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay).
 
     ``opens`` (the state's open indexes) is updated for the nodes upstream of a
     ``repeat`` resumed in a later epoch than the run's first.
     """
-    from ._runtime import _number_nodes
 
-    index = run.node_index if run is not None else _number_nodes(pipeline)
+    index = run.node_index if run is not None else number_nodes(pipeline)
     prev = run.resume_nodes if run is not None else {}
     nodes: dict[str, Any] = {}
     p = pipeline

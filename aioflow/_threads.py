@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from time import monotonic
 from typing import Any
 
-__all__ = ["CLOSE_GRACE", "DaemonPool"]
+__all__ = ["CLOSE_GRACE", "DaemonPool", "in_thread"]
 
 log = logging.getLogger("aioflow")
 
@@ -178,3 +178,21 @@ class DaemonPool(ThreadPoolExecutor):
 def _settle(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+async def in_thread(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in ``pool``; a cancelled caller still waits for the call to end.
+
+    The one way a run awaits a blocking call that must not outlive its caller (a thread
+    writing a sort's spill file, which may only be removed once the write ended).
+    """
+    fut = asyncio.wrap_future(pool.submit(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        if not fut.cancel():  # already running: wait for its end
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([fut])
+        if fut.done() and not fut.cancelled():
+            fut.exception()  # retrieved: the caller is cancelled anyway
+        raise

@@ -474,35 +474,19 @@ async def _cycle(
 
 async def _merge(inputs: _Opener, width: int) -> ChunkIter:
     """Unordered: ``width`` sub-pipelines read at once; chunks as soon as any is ready."""
-    reading: dict[asyncio.Future[list[Any] | None], _Sub] = {}
+    # (issue 13: the one fan-in merge of the runtime, shared with partition_by)
+    from ._fanin import merge
+
+    async def next_source() -> ChunkIter | None:
+        s = await inputs.next()
+        return None if s is None else s.gen
+
     try:
-        while True:
-            while len(reading) < width and not inputs.ended:
-                s = await inputs.next()
-                if s is not None:
-                    reading[s.ahead()] = s
-            if not reading:
-                return
-            done, _ = await asyncio.wait(reading, return_when=asyncio.FIRST_COMPLETED)
-            out: list[Any] = []
-            for t in done:
-                s = reading.pop(t)
-                s.next = None
-                if t.exception() is not None and out:
-                    yield out  # items before an error are delivered first
-                chunk = t.result()
-                if chunk is None:
-                    await s.aclose()
-                    continue
-                out.extend(chunk)
-                reading[s.ahead()] = s
-            if out:
-                yield out
+        async with aclosing(merge(inputs.ctx.run, next_source, width)) as merged:
+            async for chunk in merged:
+                yield chunk
     finally:
-        try:
-            await _close_all(list(reading.values()))
-        finally:
-            await inputs.aclose()
+        await inputs.aclose()
 
 
 def build_interleave(

@@ -230,7 +230,8 @@ async def _read_splits(
             if idx:
                 parts = [splits.split(epoch, i) for i in idx]
                 fut = dask.submit(run_split, job, parts, pure=False)
-                running[asyncio.ensure_future(_result(fut))] = (idx, perf_counter(), fut)
+                task = ctx.run.start(_result(fut), "distribute read")
+                running[task] = (idx, perf_counter(), fut)
 
         for _ in range(window):
             submit()
@@ -253,10 +254,10 @@ async def _read_splits(
     finally:
         for t in running:
             t.cancel()
-        await _close(dask, set(running))
+        await _close(ctx, dask, set(running))
 
 
-async def _close(dask: Any, running: set[asyncio.Future[Any]]) -> None:
+async def _close(ctx: Ctx, dask: Any, running: set[asyncio.Future[Any]]) -> None:
     """Wait for the (cancelled) task readers, then close the run's client; also through
     repeated cancellation (a run closing cancels its tasks from several sides): a client
     left open would keep its sockets for good."""
@@ -269,7 +270,7 @@ async def _close(dask: Any, running: set[asyncio.Future[Any]]) -> None:
                 t.exception()
         await asyncio.wait_for(dask.close(), 10)
 
-    closing = asyncio.ensure_future(close())
+    closing = ctx.run.start(close(), "distribute close", cancel=False)
     cancelled = False
     while not closing.done():
         try:

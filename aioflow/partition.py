@@ -9,17 +9,17 @@ rather than letting the others buffer without bound.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import zlib
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._runtime import CHANNEL_ITEMS, Channel, Chunk, ChunkIter, Ctx, Node, Opener, aclosing
+from ._channel import Channel
+from ._ctx import Ctx
+from ._fanin import merge_all
+from ._graph import CHANNEL_ITEMS, ChunkIter, Node, Opener
+from ._tasks import aclosing, cancel_and_wait
 from .errors import PipelineError, annotate
-
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
+from .pipeline import Pipeline
 
 __all__ = ["build_partition_by", "partition_of"]
 
@@ -63,34 +63,7 @@ def _stable_hash(k: Any) -> int:
     return hash(k) & _MASK
 
 
-class _Input(Channel):
-    """A partition's input channel; once its reader is gone, items for it are dropped."""
-
-    __slots__ = ("gone",)
-
-    def __init__(self) -> None:
-        super().__init__(INPUT_CHUNKS, INPUT_ITEMS)
-        self.gone = False
-
-    def full_for(self, chunk: Chunk) -> bool:
-        return not self.gone and super().full_for(chunk)
-
-    async def put(self, chunk: Chunk) -> None:
-        if not self.gone:
-            await super().put(chunk)
-
-    def abandon(self) -> None:
-        # the partition's pipeline stopped reading (take, an error): never block the router
-        self.gone = True
-        self.discard()
-        p = self._putter
-        if p is not None and not p.done():
-            p.set_result(None)
-
-
-def _feed(chan: _Input, index: int) -> Pipeline[Any]:
-    from .pipeline import Pipeline
-
+def _feed(chan: Channel, index: int) -> Pipeline[Any]:
     async def read() -> ChunkIter:
         try:
             while (chunk := await chan.get()) is not None:
@@ -104,7 +77,7 @@ def _feed(chan: _Input, index: int) -> Pipeline[Any]:
 async def _route(
     src: ChunkIter,
     key: Callable[[Any], Hashable],
-    chans: list[_Input],
+    chans: list[Channel],
     ctx: Ctx,
 ) -> BaseException | None:
     """Send every item to its partition; the input's error is returned, not raised."""
@@ -137,35 +110,6 @@ async def _route(
     return error
 
 
-async def _merge(srcs: list[ChunkIter]) -> ChunkIter:
-    """Chunks of several inputs as they come; the first error is raised as itself."""
-    pending: dict[asyncio.Future[Chunk], ChunkIter] = {}
-    try:
-        for s in srcs:
-            pending[asyncio.ensure_future(anext(s))] = s
-        while pending:
-            done, _ = await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
-            for fut in done:
-                s = pending.pop(fut)
-                try:
-                    chunk = fut.result()
-                except StopAsyncIteration:
-                    continue
-                pending[asyncio.ensure_future(anext(s))] = s
-                yield chunk
-    finally:
-        for fut in pending:
-            fut.cancel()
-        if pending:
-            await asyncio.wait(set(pending))
-        for fut in pending:
-            if not fut.cancelled():
-                fut.exception()
-        for s in srcs:
-            with contextlib.suppress(Exception):
-                await s.aclose()
-
-
 def build_partition_by(
     key: Callable[[Any], Hashable],
     num_partitions: int,
@@ -179,9 +123,7 @@ def build_partition_by(
         raise PipelineError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
 
     async def partition(opener: Opener, ctx: Ctx) -> ChunkIter:
-        from .pipeline import Pipeline
-
-        chans = [_Input() for _ in range(num_partitions)]
+        chans = [Channel(INPUT_CHUNKS, INPUT_ITEMS) for _ in range(num_partitions)]
         subs: list[ChunkIter] = []
         for i, chan in enumerate(chans):
             try:
@@ -195,7 +137,7 @@ def build_partition_by(
             subs.append(ctx.open_task(sub))
         router = ctx.run.start(_route(opener(), key, chans, ctx), f"{ctx.name}:router")
         try:
-            async with aclosing(_merge(subs)) as merged:
+            async with aclosing(merge_all(ctx.run, subs)) as merged:
                 async for chunk in merged:
                     yield chunk
             for chan in chans:
@@ -204,8 +146,6 @@ def build_partition_by(
             if error is not None:
                 raise error
         finally:
-            router.cancel()
-            with contextlib.suppress(BaseException):
-                await router
+            await cancel_and_wait([router])
 
     return lambda ctx, inputs: partition(inputs[0], ctx)

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import os
 import threading
-import weakref
 import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
@@ -27,7 +26,7 @@ from typing import Any, Protocol
 import aiofiles.threadpool
 
 from .._calls import ErrorPolicy
-from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, Run
+from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
 from .._state import SEEK
 from ..errors import BadInput, PipelineError
 from ..pipeline import Pipeline
@@ -307,11 +306,10 @@ def bad_input(
 
 # One ErrorPolicy per stage per run: the readers of many files opened by one flat_map or
 # interleave are one stage in the stats, so they share its failure count and log once.
-_policies: weakref.WeakKeyDictionary[Run, dict[Any, ErrorPolicy]] = weakref.WeakKeyDictionary()
 
 
 def _policy(ctx: Ctx, on_error: str | int) -> ErrorPolicy:
-    mine = _policies.setdefault(ctx.run, {})
+    mine: dict[Any, ErrorPolicy] = ctx.run.per_run("error policies", dict)
     policy = mine.get(ctx.meter.key)
     if policy is None:
         policy = mine[ctx.meter.key] = ErrorPolicy(on_error)

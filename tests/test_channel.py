@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from aioflow._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX, Channel, _wait_quietly
+from aioflow._channel import Channel
+from aioflow._graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX
 
 
 def test_the_default_bound_is_two_chunks_of_items():
@@ -64,18 +65,3 @@ async def test_a_closed_channel_gives_what_it_holds_then_its_error_or_none():
     done = Channel()
     done.close()
     assert await done.get() is None
-
-
-async def test_waiting_quietly_for_failed_and_cancelled_tasks_retrieves_their_errors():
-    async def fail() -> None:
-        raise ValueError("x")
-
-    failed = asyncio.ensure_future(fail())
-    cancelled = asyncio.ensure_future(asyncio.sleep(10))
-    await asyncio.sleep(0)
-    cancelled.cancel()
-    await asyncio.sleep(0)
-    assert failed.done() and cancelled.cancelled()
-    await _wait_quietly(failed)  # neither raises
-    await _wait_quietly(cancelled)
-    assert failed._log_traceback is False  # retrieved: no "exception was never retrieved"

@@ -1,0 +1,68 @@
+"""Starting and stopping a run's tasks: one way to start one, one way to end them.
+
+Every task of a run is started by ``Run.start`` (which keeps it, see ``_runtime``), and
+every group of tasks or futures that a stage cancels on its way out is ended by
+``cancel_and_wait``: cancel each, wait for all of them, and retrieve what they raised so
+that nothing is reported as "never retrieved".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+__all__ = ["aclosing", "cancel_and_wait", "cancelling", "keep_task"]
+
+R = TypeVar("R")
+
+aclosing = contextlib.aclosing
+
+
+def keep_task(
+    coro: Coroutine[Any, Any, R], name: str, keep: set[asyncio.Task[Any]]
+) -> asyncio.Task[R]:
+    """Start ``coro`` on the running loop as a task kept in ``keep`` until it is done."""
+    task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
+    keep.add(task)
+    task.add_done_callback(keep.discard)
+    return task
+
+
+def cancelling() -> bool:
+    """Whether the current task is being cancelled (by the run, or its consumer's owner).
+
+    A ``CancelledError`` while this is false was raised by a user's function (it awaited
+    something that someone else cancelled): an error of its stage, not the run's end.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+async def cancel_and_wait(futs: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel every task or future of ``futs``, wait for all to end, retrieve their errors.
+
+    If the caller is cancelled while it waits, they are cancelled once more and the
+    ``CancelledError`` goes on (the run's own close awaits whatever is left).
+    """
+    futs = list(futs)
+    for f in futs:
+        f.cancel()
+    pending = [f for f in futs if not f.done()]
+    try:
+        if pending:
+            await asyncio.wait(pending)
+    except asyncio.CancelledError:
+        for f in pending:
+            f.cancel()
+        raise
+    finally:
+        retrieve(futs)
+
+
+def retrieve(futs: Iterable[asyncio.Future[Any]]) -> None:
+    """Mark what the finished ones of ``futs`` raised as retrieved."""
+    for f in futs:
+        if f.done() and not f.cancelled():
+            f.exception()

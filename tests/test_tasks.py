@@ -1,0 +1,22 @@
+"""Starting and ending tasks: cancel_and_wait."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aioflow._tasks import cancel_and_wait
+
+
+async def test_cancel_and_wait_for_failed_and_cancelled_tasks_retrieves_their_errors():
+    async def fail() -> None:
+        raise ValueError("x")
+
+    failed = asyncio.ensure_future(fail())
+    cancelled = asyncio.ensure_future(asyncio.sleep(10))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    assert failed.done() and cancelled.cancelled()
+    await cancel_and_wait([failed])  # neither raises
+    await cancel_and_wait([cancelled])
+    assert failed._log_traceback is False  # retrieved: no "exception was never retrieved"
