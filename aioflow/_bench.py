@@ -9,11 +9,14 @@ sources size their chunks), so timing and the progress bar cost little per item.
 
 from __future__ import annotations
 
+import html
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 from time import perf_counter
 from typing import Any
+
+from tqdm import tqdm
 
 from .errors import PipelineError
 from .pipeline import INFINITE, Pipeline
@@ -60,8 +63,6 @@ class BenchResult:
         return f"{head}\n{self.stats}"
 
     def _repr_html_(self) -> str:
-        import html
-
         first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
         return (
             f"<p><b>{self.items_per_s:,.1f} {self.unit}/s</b>: {self.items:,} {self.unit} in"
@@ -131,8 +132,6 @@ def bench(
     _check_limit("warmup", warmup, int)
     if num_items is None and seconds is None and p.cardinality() == INFINITE:
         raise PipelineError("bench: the pipeline is infinite: give num_items or seconds")
-    from tqdm import tqdm
-
     total = num_items
     if total is None and seconds is None and p.cardinality() >= 0:
         total = max(0, p.cardinality() - warmup)

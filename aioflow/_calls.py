@@ -24,7 +24,9 @@ from operator import length_hint, truth
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from ._autotune import AUTOTUNE, HillClimber, Limiter
+from ._autotune import HillClimber, Limiter
+from ._check import check_concurrency, fn_name
+from ._procs import run_process_pool
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing, cancelling
 from ._threads import DaemonPool
 from ._worker import Failure, _failure
@@ -58,13 +60,6 @@ log = logging.getLogger("aioflow")
 DROP: Any = object()
 
 
-def fn_name(fn: Any) -> str:
-    """A short name for a user function, for stage names."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return getattr(fn, "__name__", None) or type(fn).__name__
-
-
 def is_async_callable(fn: Any) -> bool:
     """True for ``async def`` functions, partials of them and objects with async __call__."""
     while isinstance(fn, functools.partial):
@@ -72,14 +67,6 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004
     )
-
-
-def check_concurrency(concurrency: int, what: str = "concurrency") -> int:
-    if concurrency == AUTOTUNE:
-        return concurrency
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise PipelineError(f"{what} must be a positive int or af.AUTOTUNE, got {concurrency!r}")
-    return concurrency
 
 
 class ErrorPolicy:
@@ -384,8 +371,6 @@ def _calls(
     ctx: Ctx,
 ) -> _Calls:
     if executor == "process":
-        from ._procs import run_process_pool
-
         # the pool enforces the timeout itself: it kills the worker of a hung call
         return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered))
     ex = resolve_executor(executor, concurrency, ctx, timeout)

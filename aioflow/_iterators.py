@@ -24,8 +24,9 @@ from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._runtime import CHANNEL_CHUNKS, CHANNEL_ITEMS, Channel, Chunk, Run
+from ._state import check_state, make_state, next_opens, refuse_inexact, take_nodes
 from ._threads import DaemonPool
-from .errors import NextTimeout
+from .errors import NextTimeout, PipelineError
 from .stats import RunStats
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
-        from .errors import PipelineError
-
         raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return timeout
 
@@ -72,8 +71,6 @@ class _Resumable:
         self._count = self._skip = self._base = 0
         self._opens = self._nodes = None
         if state is not None:
-            from ._state import check_state
-
             self._count, self._opens, self._nodes = check_state(pipeline, state)
             # seeking: the run starts where the state was taken; replaying: it skips
             self._base = self._count if self._nodes is not None else 0
@@ -103,8 +100,6 @@ class _Resumable:
             ...     list(rest)
             [2, 3, 4]
         """
-        from ._state import make_state, next_opens, refuse_inexact, take_nodes
-
         refuse_inexact(self._pipeline)
         run = self._current_run()
         nodes: dict[str, Any] | None

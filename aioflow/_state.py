@@ -38,6 +38,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._runtime import _number_nodes, graph_nodes
 from .errors import PipelineError, StateMismatch
 
 if TYPE_CHECKING:
@@ -76,8 +77,6 @@ class Refuse:
 
 def _stages(pipeline: Pipeline[Any]) -> list[tuple[str, str]]:
     """(name, hash) of every node, numbered as ``_runtime._number_nodes`` numbers them."""
-    from ._runtime import _number_nodes
-
     nums = _number_nodes(pipeline)
     nodes: dict[int, Any] = {}
     stack = [pipeline]
@@ -198,8 +197,6 @@ def check_state(
 
 def refuse_inexact(pipeline: Pipeline[Any]) -> None:
     """Raise ``PipelineError`` if a stage of the pipeline cannot be resumed exactly."""
-    from ._runtime import graph_nodes
-
     for node in graph_nodes(pipeline):
         if isinstance(node.resume, Refuse):
             raise PipelineError(
@@ -209,8 +206,6 @@ def refuse_inexact(pipeline: Pipeline[Any]) -> None:
 
 def next_opens(pipeline: Pipeline[Any]) -> dict[int, int]:
     """The open indexes a run of ``pipeline`` started now would give its nodes."""
-    from ._runtime import _number_nodes
-
     out: dict[int, int] = {}
     stack = [pipeline]
     nums = _number_nodes(pipeline)
@@ -231,8 +226,6 @@ def take_nodes(
     ``opens`` (the state's open indexes) is updated for the nodes upstream of a
     ``repeat`` resumed in a later epoch than the run's first.
     """
-    from ._runtime import _number_nodes
-
     index = run.node_index if run is not None else _number_nodes(pipeline)
     prev = run.resume_nodes if run is not None else {}
     nodes: dict[str, Any] = {}

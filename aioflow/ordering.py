@@ -13,23 +13,39 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from itertools import count
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._check import check_int
+from ._chunks import skip_chunks
 from ._logs import ShuffleLog
-from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
+from ._runtime import (
+    CHANNEL_ITEMS,
+    CHUNK_MAX,
+    INFINITE_CARD,
+    UNKNOWN_CARD,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    aclosing,
+)
 from ._spill import external_sort, keys_of
+from ._state import LOGGED, Refuse
 from .errors import LateItem, PipelineError, annotate, control_flow_error
+from .partition import INPUT_ITEMS, build_partition_by
 from .sampling import check_seed, epoch_rng
 
-__all__ = [
-    "build_group_by",
-    "build_shuffle",
-    "build_sort_by",
-    "card_unknown",
-    "check_size",
-]
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["card_unknown"]
+
+
+def _check_size(name: str, v: Any) -> None:
+    if v is not None:
+        check_int(name, v, 1)
 
 
 def card_unknown(cs: Sequence[int]) -> int:
@@ -37,16 +53,8 @@ def card_unknown(cs: Sequence[int]) -> int:
     return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD
 
 
-def check_size(name: str, v: Any, lo: int = 1, none_ok: bool = False) -> int | None:
-    if v is None and none_ok:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise PipelineError(f"{name} must be an int >= {lo}, got {v!r}")
-    return v
-
-
 # -- shuffle ------------------------------------------------------------------------------
-def build_shuffle(
+def _shuffle(
     buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     """tf.data's buffer shuffle: fill a buffer, then emit a random slot and refill it.
@@ -55,7 +63,7 @@ def build_shuffle(
     64-bit draw per item, so the order does not depend on chunk boundaries). At the end
     the buffer is emitted in a random permutation.
     """
-    check_size("shuffle buffer_size", buffer_size)
+    check_int("shuffle buffer_size", buffer_size, 1)
     seed = check_seed(seed)
     if seed is None and not reshuffle_each_iteration:
         # as in tf.data: a random order, the same for every epoch of this pipeline
@@ -99,8 +107,6 @@ def build_shuffle(
                 yield out
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        from .transforms import skip_chunks
-
         log = ShuffleLog(ctx, epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0))
         gen = shuffle(inputs[0](), ctx, log)
         return skip_chunks(gen, log.drop) if log.drop else gen
@@ -129,7 +135,7 @@ class _Desc:
 LATE_POLICIES = ("emit", "drop", "raise")
 
 
-def build_sort_by(
+def _sort_by(
     key: Callable[[Any], Any],
     buffer_size: int | None,
     reverse: bool,
@@ -139,8 +145,8 @@ def build_sort_by(
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     if not callable(key):
         raise PipelineError(f"sort_by needs a callable key, got {key!r}")
-    check_size("sort_by buffer_size", buffer_size, none_ok=True)
-    check_size("sort_by max_in_memory", max_in_memory)
+    _check_size("sort_by buffer_size", buffer_size)
+    check_int("sort_by max_in_memory", max_in_memory, 1)
     if on_late not in LATE_POLICIES:
         raise PipelineError(f"sort_by on_late must be 'emit', 'drop' or 'raise', got {on_late!r}")
     if buffer_size is None:
@@ -249,14 +255,14 @@ def _late_item(ctx: Ctx, last: list[Any], start: int, entries: list[Any]) -> Lat
 
 
 # -- group_by -----------------------------------------------------------------------------
-def build_group_by(
+def _group_by(
     key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     """Per-key groups, kept in the order in which each open group began."""
     if not callable(key):
         raise PipelineError(f"group_by needs a callable key, got {key!r}")
-    check_size("group_by size", size, none_ok=True)
-    check_size("group_by max_keys", max_keys, none_ok=True)
+    _check_size("group_by size", size)
+    _check_size("group_by max_keys", max_keys)
     full = size if size is not None else -1
     most = max_keys if max_keys is not None else -1
 
@@ -291,3 +297,73 @@ def build_group_by(
             yield rest[i : i + CHUNK_MAX]
 
     return lambda ctx, inputs: group(inputs[0](), ctx)
+
+
+# -- the nodes ----------------------------------------------------------------------------
+def shuffle_node(
+    up: Pipeline[Any], buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
+) -> Node:
+    """``shuffle``: tf.data's buffer shuffle (see ``_shuffle``); holds the buffer."""
+    return Node(
+        f"shuffle({buffer_size})",
+        _shuffle(buffer_size, seed, reshuffle_each_iteration),
+        inputs=(up,),
+        holds=buffer_size,
+        key=(buffer_size, seed, reshuffle_each_iteration),
+        resume=LOGGED,
+    )
+
+
+def sort_by_node(
+    up: Pipeline[Any],
+    key: Callable[[Any], Any],
+    buffer_size: int | None,
+    reverse: bool,
+    max_in_memory: int,
+    spill_dir: str | None,
+    on_late: str,
+) -> Node:
+    """``sort_by``: a streaming sort through a buffer, or an external sort without one."""
+    return Node(
+        "sort_by" if buffer_size is None else f"sort_by({buffer_size})",
+        _sort_by(key, buffer_size, reverse, max_in_memory, spill_dir, on_late),
+        inputs=(up,),
+        holds=max_in_memory if buffer_size is None else buffer_size,
+        key=(key, buffer_size, reverse, max_in_memory, on_late),
+    )
+
+
+def group_by_node(
+    up: Pipeline[Any], key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
+) -> Node:
+    """``group_by``: ``(key, [items])`` groups, at most ``max_keys`` open at once."""
+    return Node(
+        "group_by",
+        _group_by(key, size, max_keys),
+        inputs=(up,),
+        card=card_unknown,
+        holds=size * max_keys if size is not None and max_keys is not None else 0,
+        mult=size or 1,
+        key=(key, size, max_keys),
+    )
+
+
+def partition_by_node(
+    up: Pipeline[Any],
+    key: Callable[[Any], Any],
+    num_partitions: int,
+    fn: Callable[[Any], Any],
+) -> Node:
+    """``partition_by``: ``fn`` over ``num_partitions`` keyed partitions, merged as ready.
+
+    Each partition holds its input channel, the channel after its pipeline and a chunk.
+    """
+    return Node(
+        f"partition_by({num_partitions})",
+        build_partition_by(key, num_partitions, fn),
+        inputs=(up,),
+        card=card_unknown,
+        holds=num_partitions * (INPUT_ITEMS + CHANNEL_ITEMS + CHUNK_MAX),
+        key=(key, num_partitions, fn),
+        resume=Refuse("merges its partitions as they are ready: a replay would differ"),
+    )

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._base import PipelineBase, pipeline_of
 from ._runtime import CHANNEL_ITEMS, Channel, Chunk, ChunkIter, Ctx, Node, Opener, aclosing
 from .errors import PipelineError, annotate
 
@@ -89,8 +90,6 @@ class _Input(Channel):
 
 
 def _feed(chan: _Input, index: int) -> Pipeline[Any]:
-    from .pipeline import Pipeline
-
     async def read() -> ChunkIter:
         try:
             while (chunk := await chan.get()) is not None:
@@ -98,7 +97,7 @@ def _feed(chan: _Input, index: int) -> Pipeline[Any]:
         finally:
             chan.abandon()
 
-    return Pipeline(Node(f"partition {index}", lambda ctx, inputs: read(), key=(index,)))
+    return pipeline_of(Node(f"partition {index}", lambda ctx, inputs: read(), key=(index,)))
 
 
 async def _route(
@@ -179,8 +178,6 @@ def build_partition_by(
         raise PipelineError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
 
     async def partition(opener: Opener, ctx: Ctx) -> ChunkIter:
-        from .pipeline import Pipeline
-
         chans = [_Input() for _ in range(num_partitions)]
         subs: list[ChunkIter] = []
         for i, chan in enumerate(chans):
@@ -188,7 +185,7 @@ def build_partition_by(
                 sub = fn(_feed(chan, i))
             except Exception as e:
                 raise annotate(e, ctx.name) from None
-            if not isinstance(sub, Pipeline):
+            if not isinstance(sub, PipelineBase):
                 raise PipelineError(
                     f"partition_by: fn returned {type(sub).__name__}, not a Pipeline"
                 )

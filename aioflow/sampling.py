@@ -10,15 +10,21 @@ output does not depend on how the input happened to be cut into chunks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._check import fn_name
+from ._chunks import skip_chunks
 from ._logs import ChunkLog
-from ._runtime import ChunkIter, Ctx, Opener, aclosing
+from ._runtime import INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, aclosing
+from ._state import LOGGED
 from .errors import PipelineError, annotate
 
-__all__ = ["build_rejection_resample", "check_seed", "epoch_rng", "probabilities"]
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["check_seed", "epoch_rng", "probabilities"]
 
 #: Count every class starts from when the initial distribution is estimated (tf.data's).
 SMOOTHING = 10
@@ -60,7 +66,7 @@ def _ratio(target: np.ndarray, initial: np.ndarray) -> np.ndarray:
     return r
 
 
-def build_rejection_resample(
+def _rejection_resample(
     class_fn: Callable[[Any], Any],
     target_dist: Any,
     initial_dist: Any,
@@ -141,10 +147,35 @@ def build_rejection_resample(
                     raise failure from None
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        from .transforms import skip_chunks
-
         log = ChunkLog(ctx)
         gen = resample(inputs[0](), ctx, log)
         return skip_chunks(gen, log.drop) if log.drop else gen
 
     return build
+
+
+def rejection_resample_node(
+    up: Pipeline[Any],
+    class_fn: Callable[[Any], int],
+    target_dist: list[float],
+    initial_dist: list[float] | None,
+    seed: int | None,
+) -> Node:
+    """``rejection_resample``: keep items at random so that classes follow ``target_dist``."""
+    return Node(
+        f"rejection_resample({fn_name(class_fn)})",
+        _rejection_resample(class_fn, target_dist, initial_dist, seed),
+        inputs=(up,),
+        card=_card_unknown,
+        key=(
+            class_fn,
+            tuple(target_dist),
+            None if initial_dist is None else tuple(initial_dist),
+            seed,
+        ),
+        resume=LOGGED,
+    )
+
+
+def _card_unknown(cs: Sequence[int]) -> int:
+    return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD
