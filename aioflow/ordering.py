@@ -154,56 +154,64 @@ def _sort_by(
             inputs[0](), ctx, key, reverse, max_in_memory, spill_dir
         )
     size = buffer_size
+    return lambda ctx, inputs: _stream_sort(inputs[0](), ctx, key, size, reverse, on_late)
 
-    async def stream_sort(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        # entries (key, seq, item): seq breaks ties in arrival order, items are never compared
-        heap: list[tuple[Any, int, Any]] = []
-        seq = count()
-        pushpop = partial(heapq.heappushpop, heap)
-        pos = 0
-        last: list[Any] = []  # the largest key emitted so far (the watermark), once there is one
-        failure: BaseException | None = None
-        async with aclosing(src):
-            try:
-                async for chunk in src:
-                    keys, failure = keys_of(key, chunk, ctx, pos)
-                    if reverse:
-                        keys = [_Desc(k) for k in keys]
-                    entries = list(zip(keys, seq, chunk, strict=False))  # up to a failing key
-                    pos += len(entries)
-                    room = size - len(heap)
-                    if room > 0:
-                        heap.extend(entries[:room])
-                        if len(heap) == size:
-                            heapq.heapify(heap)
-                        entries = entries[room:]
-                    if entries:
-                        out, late = _emit(map(pushpop, entries), last, on_late)
-                        if late:
-                            ctx.meter.late += late
-                        if out:
-                            yield out
-                        if late < 0:  # on_late="raise": the first late item
-                            raise _late_item(ctx, last, pos - len(entries), entries)
-                    if failure is not None:
-                        break
-            except LateItem:
-                raise
-            except Exception as e:  # upstream, or keys that do not compare
-                failure = annotate(e, ctx.name, pos)
-        # the end, or an error: what is left comes out in order (before the error)
+
+async def _stream_sort(
+    src: ChunkIter,
+    ctx: Ctx,
+    key: Callable[[Any], Any],
+    size: int,
+    reverse: bool,
+    on_late: str,
+) -> ChunkIter:
+    """``sort_by(buffer_size=size)``: a heap of ``size`` items, late items per ``on_late``."""
+    # entries (key, seq, item): seq breaks ties in arrival order, items are never compared
+    heap: list[tuple[Any, int, Any]] = []
+    seq = count()
+    pushpop = partial(heapq.heappushpop, heap)
+    pos = 0
+    last: list[Any] = []  # the largest key emitted so far (the watermark), once there is one
+    failure: BaseException | None = None
+    async with aclosing(src):
         try:
-            heap.sort()
-        except Exception as e:
-            if failure is None:
-                raise annotate(e, ctx.name, pos) from None
-            heap.clear()  # the keys do not compare: only the error comes out
-        for i in range(0, len(heap), CHUNK_MAX):
-            yield [e[2] for e in heap[i : i + CHUNK_MAX]]
-        if failure is not None:
-            raise failure
-
-    return lambda ctx, inputs: stream_sort(inputs[0](), ctx)
+            async for chunk in src:
+                keys, failure = keys_of(key, chunk, ctx, pos)
+                if reverse:
+                    keys = [_Desc(k) for k in keys]
+                entries = list(zip(keys, seq, chunk, strict=False))  # up to a failing key
+                pos += len(entries)
+                room = size - len(heap)
+                if room > 0:
+                    heap.extend(entries[:room])
+                    if len(heap) == size:
+                        heapq.heapify(heap)
+                    entries = entries[room:]
+                if entries:
+                    out, late = _emit(map(pushpop, entries), last, on_late)
+                    if late:
+                        ctx.meter.late += late
+                    if out:
+                        yield out
+                    if late < 0:  # on_late="raise": the first late item
+                        raise _late_item(ctx, last, pos - len(entries), entries)
+                if failure is not None:
+                    break
+        except LateItem:
+            raise
+        except Exception as e:  # upstream, or keys that do not compare
+            failure = annotate(e, ctx.name, pos)
+    # the end, or an error: what is left comes out in order (before the error)
+    try:
+        heap.sort()
+    except Exception as e:
+        if failure is None:
+            raise annotate(e, ctx.name, pos) from None
+        heap.clear()  # the keys do not compare: only the error comes out
+    for i in range(0, len(heap), CHUNK_MAX):
+        yield [e[2] for e in heap[i : i + CHUNK_MAX]]
+    if failure is not None:
+        raise failure
 
 
 def _emit(popped: Any, last: list[Any], on_late: str) -> tuple[list[Any], int]:

@@ -107,36 +107,13 @@ def _rejection_resample(
         async with aclosing(src):
             async for chunk in src:
                 log.mark(emitted, pos, {"rng": rng.bit_generator.state, "counts": counts.tolist()})
-                classes: list[int] = []
-                failure: BaseException | None = None
-                for x in chunk:
-                    try:
-                        c = class_fn(x)
-                        if isinstance(c, bool) or not isinstance(c, int | np.integer):
-                            raise PipelineError(
-                                f"{ctx.name}: class_fn must return an int, got {c!r}"
-                            )
-                        if not 0 <= c < k:
-                            raise PipelineError(
-                                f"{ctx.name}: class {c} is outside target_dist's {k} classes"
-                            )
-                    except Exception as e:
-                        failure = annotate(e, ctx.name, pos + len(classes))
-                        break
-                    classes.append(int(c))
+                classes, failure = _classes_of(chunk, class_fn, k, ctx, pos)
                 if classes:
                     cls = np.asarray(classes, dtype=np.intp)
                     if known is not None:
                         accept = known[cls]
                     else:
-                        # the estimate before each item, the item itself counted
-                        seen = np.zeros((len(cls), k))
-                        seen[np.arange(len(cls)), cls] = 1.0
-                        est = counts + np.cumsum(seen, axis=0)
-                        counts = est[-1].copy()
-                        with np.errstate(divide="ignore", invalid="ignore"):
-                            ratio = np.where(target > 0, target / est, 0.0)
-                        accept = ratio[np.arange(len(cls)), cls] / ratio.max(axis=1)
+                        accept, counts = _estimated_acceptance(cls, counts, target)
                     keep = rng.random(len(cls)) < accept
                     out = [x for x, kp in zip(chunk, keep.tolist(), strict=False) if kp]
                     pos += len(classes)
@@ -152,6 +129,38 @@ def _rejection_resample(
         return skip_chunks(gen, log.drop) if log.drop else gen
 
     return build
+
+
+def _classes_of(
+    chunk: list[Any], class_fn: Callable[[Any], Any], k: int, ctx: Ctx, pos: int
+) -> tuple[list[int], BaseException | None]:
+    """The classes of the chunk's items, up to the first that fails (and its error)."""
+    classes: list[int] = []
+    for x in chunk:
+        try:
+            c = class_fn(x)
+            if isinstance(c, bool) or not isinstance(c, int | np.integer):
+                raise PipelineError(f"{ctx.name}: class_fn must return an int, got {c!r}")
+            if not 0 <= c < k:
+                raise PipelineError(f"{ctx.name}: class {c} is outside target_dist's {k} classes")
+        except Exception as e:
+            return classes, annotate(e, ctx.name, pos + len(classes))
+        classes.append(int(c))
+    return classes, None
+
+
+def _estimated_acceptance(
+    cls: np.ndarray, counts: np.ndarray, target: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each item's chance to be kept, from the class counts before it (itself counted),
+    and the counts after the last item."""
+    k = len(target)
+    seen = np.zeros((len(cls), k))
+    seen[np.arange(len(cls)), cls] = 1.0
+    est = counts + np.cumsum(seen, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(target > 0, target / est, 0.0)
+    return ratio[np.arange(len(cls)), cls] / ratio.max(axis=1), est[-1].copy()
 
 
 def rejection_resample_node(

@@ -56,18 +56,7 @@ def map_node(
     with none runs as calls on the loop, in that stage too; any knob gives the stage a
     task of its own, with ``slots`` calls in flight.
     """
-    if not callable(fn):
-        raise PipelineError(f"map/filter needs a callable, got {type(fn).__name__}")
-    check_concurrency(concurrency)
-    is_async = is_async_callable(fn)
-    if executor == "process" and is_async:
-        raise PipelineError(
-            "an async function cannot run in a worker process (executor='process');"
-            " leave executor=None to run it as tasks on the loop"
-        )
-    ErrorPolicy(on_error)  # check now, at description time
-    if timeout is not None and not timeout > 0:
-        raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    is_async = _check_call(fn, concurrency, executor, on_error, timeout)
     task = concurrency != 1 or executor is not None or timeout is not None
     inline = not task and not is_async
     slots = resolve_concurrency(concurrency, executor)
@@ -105,6 +94,29 @@ def map_node(
         key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
         resume=resume,
     )
+
+
+def _check_call(
+    fn: Callable[[Any], Any],
+    concurrency: int,
+    executor: str | Executor | None,
+    on_error: str | int,
+    timeout: float | None,
+) -> bool:
+    """Check ``map``'s arguments when the pipeline is described; True if ``fn`` is async."""
+    if not callable(fn):
+        raise PipelineError(f"map/filter needs a callable, got {type(fn).__name__}")
+    check_concurrency(concurrency)
+    is_async = is_async_callable(fn)
+    if executor == "process" and is_async:
+        raise PipelineError(
+            "an async function cannot run in a worker process (executor='process');"
+            " leave executor=None to run it as tasks on the loop"
+        )
+    ErrorPolicy(on_error)
+    if timeout is not None and not timeout > 0:
+        raise PipelineError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return is_async
 
 
 def flat_map_node(up: Pipeline[Any], fn: Callable[[Any], Any]) -> Node:
