@@ -35,7 +35,7 @@ class GroupMethods(PipelineBase, Generic[T]):
 
     __slots__ = ()
 
-    # -- batching -----------------------------------------------------------------------
+    # -- batching ----------------------------------------------------------------------
     def batch(
         self, size: int, *, drop_remainder: bool = False, collate: Any = None
     ) -> Pipeline[Any]:
@@ -89,7 +89,7 @@ class GroupMethods(PipelineBase, Generic[T]):
         """
         return self._add(_b.window_node, size, shift, drop_remainder)
 
-    # -- ordering, grouping, sampling --------------------------------------------------------
+    # -- ordering, grouping, sampling --------------------------------------------------
     def shuffle(
         self, buffer_size: int, *, seed: int | None = None, reshuffle_each_iteration: bool = True
     ) -> Pipeline[T]:
@@ -272,7 +272,7 @@ class GroupMethods(PipelineBase, Generic[T]):
         """
         return self._add(_s.rejection_resample_node, class_fn, target_dist, initial_dist, seed)
 
-    # -- io and caching ----------------------------------------------------------------------
+    # -- io and caching ----------------------------------------------------------------
     def cache(self, path: str | os.PathLike[str] | None = None) -> Pipeline[T]:
         """Record the first complete epoch; later epochs replay it instead of the upstream.
 
@@ -293,7 +293,7 @@ class GroupMethods(PipelineBase, Generic[T]):
         """
         return self._add(_c.cache_node, path)
 
-    # -- integrations ------------------------------------------------------------------------
+    # -- integrations ------------------------------------------------------------------
     def pin_memory(self) -> Pipeline[T]:
         """Copy every tensor of every item into page-locked memory, when CUDA exists.
 
@@ -312,7 +312,7 @@ class GroupMethods(PipelineBase, Generic[T]):
         """
         return self._add(_torch.pin_memory_node)
 
-    # -- distribution ------------------------------------------------------------------------
+    # -- distribution ------------------------------------------------------------------
     def distribute(
         self,
         client: Any,

@@ -252,7 +252,7 @@ class ItemMethods(PipelineBase, Generic[T]):
             )
         return out
 
-    # -- interleave -----------------------------------------------------------------------
+    # -- interleave --------------------------------------------------------------------
     def interleave(
         self,
         fn: Callable[[T], Pipeline[U]],

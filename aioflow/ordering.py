@@ -23,8 +23,6 @@ from ._logs import ShuffleLog
 from ._runtime import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
-    INFINITE_CARD,
-    UNKNOWN_CARD,
     ChunkIter,
     Ctx,
     Node,
@@ -35,22 +33,17 @@ from ._spill import external_sort, keys_of
 from ._state import LOGGED, Refuse
 from .errors import LateItem, PipelineError, annotate, control_flow_error
 from .partition import INPUT_ITEMS, build_partition_by
-from .sampling import check_seed, epoch_rng
+from .sampling import card_unknown, check_seed, epoch_rng
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-__all__ = ["card_unknown"]
+__all__: list[str] = []  # the operators are Pipeline methods
 
 
 def _check_size(name: str, v: Any) -> None:
     if v is not None:
         check_int(name, v, 1)
-
-
-def card_unknown(cs: Sequence[int]) -> int:
-    """The cardinality of an operator whose output count depends on the data."""
-    return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD
 
 
 # -- shuffle ------------------------------------------------------------------------------

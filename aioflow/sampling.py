@@ -24,7 +24,7 @@ from .errors import PipelineError, annotate
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-__all__ = ["check_seed", "epoch_rng", "probabilities"]
+__all__ = ["card_unknown", "check_seed", "epoch_rng", "probabilities"]
 
 #: Count every class starts from when the initial distribution is estimated (tf.data's).
 SMOOTHING = 10
@@ -175,7 +175,7 @@ def rejection_resample_node(
         f"rejection_resample({fn_name(class_fn)})",
         _rejection_resample(class_fn, target_dist, initial_dist, seed),
         inputs=(up,),
-        card=_card_unknown,
+        card=card_unknown,
         key=(
             class_fn,
             tuple(target_dist),
@@ -186,5 +186,6 @@ def rejection_resample_node(
     )
 
 
-def _card_unknown(cs: Sequence[int]) -> int:
+def card_unknown(cs: Sequence[int]) -> int:
+    """The cardinality of an operator whose output count depends on the data."""
     return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD
