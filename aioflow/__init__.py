@@ -9,32 +9,12 @@ Example:
 
 from __future__ import annotations
 
+# the Pipeline, and how a run is iterated
 from ._autotune import AUTOTUNE
 from ._iterators import AsyncPipelineIterator, PipelineIterator
-from .batching import default_collate
-from .combine import concat, zip
-from .errors import (
-    AioflowError,
-    LateItem,
-    NextTimeout,
-    PipelineError,
-    StageError,
-    StageTimeout,
-    StateMismatch,
-    WorkerDied,
-)
 from .pipeline import INFINITE, UNKNOWN, Pipeline
-from .sources import from_dataflow, from_iterable, from_source, range
-from .stats import RunStats, StageStats
-from .transforms import shard_from_env
 
-# parallel (issue 3)
-
-# ordering and sampling (issue 4)
-from .combine import choose_from, sample_from
-
-# io (issue 5)
-from .errors import BadInput
+# sources
 from .io import (
     list_files,
     read_bytes,
@@ -45,16 +25,35 @@ from .io import (
     read_tar,
     read_tfrecord,
 )
+from .integrations.torch import from_torch_dataset
+from .sources import from_dataflow, from_iterable, from_source, range
 
-# observing (issue 6)
-from ._bench import BenchResult, bench
+# combining pipelines
+from .combine import choose_from, concat, sample_from, zip
 
-# random access and checkpoints (issue 14)
+# batching, sharding
+from .collate import default_collate
+from .slicing import shard_from_env
+
+# checkpoints
 from .checkpoint import StatefulLoader, merge_states
 
-# integrations (issue 8)
-# isort: split
-from .integrations.torch import from_torch_dataset
+# observing
+from ._bench import BenchResult, bench
+from .stats import RunStats, StageStats
+
+# errors
+from .errors import (
+    AioflowError,
+    BadInput,
+    LateItem,
+    NextTimeout,
+    PipelineError,
+    StageError,
+    StageTimeout,
+    StateMismatch,
+    WorkerDied,
+)
 
 __version__ = "0.1.0.dev0"
 

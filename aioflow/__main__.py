@@ -16,6 +16,13 @@ import os
 import sys
 from typing import Any
 
+import cloudpickle
+
+from ._bench import bench
+from ._demo import run_demo
+from .errors import PipelineError
+from .pipeline import Pipeline
+
 __all__ = ["load_pipeline", "main"]
 
 
@@ -38,8 +45,6 @@ def _load_module(spec: str) -> Any:
         sys.path.insert(0, os.path.dirname(path))
         mspec.loader.exec_module(module)
         # worker processes cannot import a module loaded from a path: ship it by value
-        import cloudpickle
-
         cloudpickle.register_pickle_by_value(module)
         return module
     if os.getcwd() not in sys.path and "" not in sys.path:
@@ -59,8 +64,6 @@ def load_pipeline(target: str) -> Any:
         >>> load_pipeline("aioflow._demo:small_pipeline")  # doctest: +ELLIPSIS
         <Pipeline range -> ...>
     """
-    from .pipeline import Pipeline
-
     mod_spec, sep, attr = target.rpartition(":")
     if not sep or not mod_spec or not attr:
         raise UsageError(f"expected MODULE:ATTR (e.g. mypkg.data:train_pipeline), got {target!r}")
@@ -80,8 +83,6 @@ def load_pipeline(target: str) -> Any:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ._bench import bench
-
     p = load_pipeline(args.target)
     r = bench(
         p,
@@ -138,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         "--trace", metavar="FILE", help="write the run as a timeline: Chrome trace JSON (Perfetto)"
     )
     args = ap.parse_args(argv)
-    from .errors import PipelineError
-
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         ap.exit(
             2,
@@ -147,8 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         if args.cmd == "demo":
-            from ._demo import run_demo
-
             return run_demo(
                 items=args.items,
                 workers=args.workers,

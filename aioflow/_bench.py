@@ -9,12 +9,16 @@ sources size their chunks), so timing and the progress bar cost little per item.
 
 from __future__ import annotations
 
+import html
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 from time import perf_counter
 from typing import Any
 
+from tqdm import tqdm
+
+from ._iterators import PipelineIterator
 from .errors import PipelineError
 from .pipeline import INFINITE, Pipeline
 from .stats import RunStats
@@ -60,8 +64,6 @@ class BenchResult:
         return f"{head}\n{self.stats}"
 
     def _repr_html_(self) -> str:
-        import html
-
         first = "no item" if self.first_item_s is None else f"{self.first_item_s:.3f} s"
         return (
             f"<p><b>{self.items_per_s:,.1f} {self.unit}/s</b>: {self.items:,} {self.unit} in"
@@ -131,8 +133,6 @@ def bench(
     _check_limit("warmup", warmup, int)
     if num_items is None and seconds is None and p.cardinality() == INFINITE:
         raise PipelineError("bench: the pipeline is infinite: give num_items or seconds")
-    from tqdm import tqdm
-
     total = num_items
     if total is None and seconds is None and p.cardinality() >= 0:
         total = max(0, p.cardinality() - warmup)
@@ -144,60 +144,77 @@ def bench(
         desc="bench",
         smoothing=0.1,
     )
-    first: float | None = None
-    count = 0
     with bar, p.iter() as it:
-        t_start = perf_counter()
-        consumed = 0  # items read from it, warm-up included
-
-        def take(n: int) -> int:
-            nonlocal first, consumed
-            if n <= 0:
-                return 0
-            before = it._count
-            if first is None:
-                try:
-                    next(it)
-                except StopIteration:
-                    return 0
-                first = perf_counter() - t_start
-                n -= 1
-            deque(islice(it, n), maxlen=0)  # consume without holding the items
-            got = it._count - before
-            consumed += got
-            return got
-
+        reader = _Reader(it)
         if warmup:
             bar.set_description_str("bench (warm-up)")
-            take(warmup)
+            reader.take(warmup)
             bar.set_description_str("bench")
-        t0 = perf_counter() if warmup else t_start
-        done = consumed < warmup  # the pipeline ended during the warm-up
-        step = 1
-        while not done:
-            want = step if num_items is None else min(step, num_items - count)
-            if want <= 0:
-                break
-            s0 = perf_counter()
-            got = take(want)
-            now = perf_counter()
-            count += got
-            bar.update(got)
-            if got < want or (seconds is not None and now - t0 >= seconds):
-                break
-            # adapt the read size so that the clock and the bar are looked at ~20 times/s
-            if now - s0 < _STEP_SECONDS / 2 and step < 1 << 16:
-                step *= 2
-            elif now - s0 > 2 * _STEP_SECONDS and step > 1:
-                step //= 2
+        t0 = perf_counter() if warmup else reader.t_start
+        count = 0
+        if reader.consumed >= warmup:  # else the pipeline ended during the warm-up
+            count = _timed(reader, bar, num_items, seconds, t0)
         elapsed = perf_counter() - t0
     stats = it.stats()  # the run is closed: its stats are final
     return BenchResult(
         items=count,
         seconds=elapsed,
         items_per_s=count / elapsed if elapsed > 0 else 0.0,
-        first_item_s=first,
-        warmup=min(warmup, consumed),
+        first_item_s=reader.first,
+        warmup=min(warmup, reader.consumed),
         stats=stats,
         unit=unit,
     )
+
+
+class _Reader:
+    """Reads a run's items without holding them; notes when the first one came."""
+
+    def __init__(self, it: PipelineIterator[Any]) -> None:
+        self.it = it
+        self.t_start = perf_counter()
+        self.first: float | None = None  # seconds to the first item
+        self.consumed = 0  # items read, warm-up included
+
+    def take(self, n: int) -> int:
+        """Read up to ``n`` items; how many there were."""
+        if n <= 0:
+            return 0
+        it = self.it
+        before = it._count
+        if self.first is None:
+            try:
+                next(it)
+            except StopIteration:
+                return 0
+            self.first = perf_counter() - self.t_start
+            n -= 1
+        deque(islice(it, n), maxlen=0)  # consume without holding the items
+        got = it._count - before
+        self.consumed += got
+        return got
+
+
+def _timed(
+    reader: _Reader, bar: Any, num_items: int | None, seconds: float | None, t0: float
+) -> int:
+    """Read up to ``num_items`` items or until ``seconds`` after ``t0``; how many."""
+    count = 0
+    step = 1
+    while True:
+        want = step if num_items is None else min(step, num_items - count)
+        if want <= 0:
+            break
+        s0 = perf_counter()
+        got = reader.take(want)
+        now = perf_counter()
+        count += got
+        bar.update(got)
+        if got < want or (seconds is not None and now - t0 >= seconds):
+            break
+        # adapt the read size so that the clock and the bar are looked at ~20 times/s
+        if now - s0 < _STEP_SECONDS / 2 and step < 1 << 16:
+            step *= 2
+        elif now - s0 > 2 * _STEP_SECONDS and step > 1:
+            step //= 2
+    return count

@@ -19,10 +19,11 @@ from typing import Any, cast
 
 from ._autotune import HillClimber, Limiter
 from ._call_kinds import Calls, make_calls, resolve_executor
+from ._check import check_concurrency, fn_name
 from ._ctx import Ctx
 from ._graph import CHUNK_MAX, ChunkIter
 from ._inline import inline_map
-from ._policy import DROP, ErrorPolicy, check_concurrency, each, fn_name, is_async_callable
+from ._policy import DROP, ErrorPolicy, each, is_async_callable
 from ._tasks import aclosing, cancel_and_wait, cancelling
 from ._worker import Failure
 from .errors import _NO_ITEM, annotate, control_flow_error

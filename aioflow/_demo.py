@@ -22,6 +22,7 @@ import zlib
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 import aioflow as af
 
@@ -121,8 +122,6 @@ def run_demo(
 ) -> int:
     """Write a dataset, run the demo pipeline over it once, print the stats table and rate;
     ``plot``/``trace``: also draw the stats (PNG) / write the run's timeline (trace JSON)."""
-    from tqdm import tqdm
-
     with tempfile.TemporaryDirectory(prefix="aioflow-demo-") as root:
         t = time.perf_counter()
         make_dataset(root, items)

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._chunks import skip_chunks
 from ._runtime import Build, ChunkIter, Opener, aclosing
 from ._state import Seek, resumed
 from .errors import StateMismatch
@@ -33,12 +34,6 @@ __all__ = [
 ]
 
 M = TypeVar("M")
-
-
-def _is_url(path: str) -> bool:
-    from .io._streams import is_url
-
-    return is_url(path)
 
 
 def snapshot(marks: deque[M]) -> list[M] | None:
@@ -127,12 +122,12 @@ class SeekLog:
     for the place to seek to after ``k`` items out: the last mark at or before, plus how
     many items to leave out after it (at most a block's). A resumed reader starts at
     ``start`` (its saved ``where``) and leaves out ``skip`` items first. Only local,
-    uncompressed files seek; the others replay.
+    uncompressed files seek (``seekable``, the reader's to say); the others replay.
     """
 
     KEEP = 256  # blocks of up to 1 MiB: far more than a run holds ahead of the consumer
 
-    def __init__(self, ctx: Ctx, path: str, compression: str | None, **start: int) -> None:
+    def __init__(self, ctx: Ctx, seekable: bool, **start: int) -> None:
         st = ctx.resume if isinstance(ctx.resume, dict) else {}
         self.start = {k: int(st.get(k, v)) for k, v in start.items()}
         self.skip = self._skip0 = int(st.get("skip", 0))
@@ -140,7 +135,7 @@ class SeekLog:
             raise StateMismatch(f"{ctx.name}: bad state {ctx.resume!r:.200}")
         self.marks: deque[tuple[int, dict[str, int]]] = deque(maxlen=self.KEEP)
         self.produced = 0
-        if compression is None and not _is_url(path):
+        if seekable:
             ctx.seeker(self.at)
 
     def mark(self, **where: int) -> None:
@@ -313,8 +308,6 @@ def chunkwise(build: Build) -> Build:
     the stage runs inline), and a resumed run computes that chunk again."""
 
     def wrapped(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        from .transforms import skip_chunks
-
         log = ChunkLog(ctx)
         counts = [0, 0]  # items in, items out
 

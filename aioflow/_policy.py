@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._autotune import AUTOTUNE
 from .errors import _NO_ITEM, PipelineError, WorkerDied, annotate, control_flow_error
 
 if TYPE_CHECKING:
@@ -23,9 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DROP",
     "ErrorPolicy",
-    "check_concurrency",
     "each",
-    "fn_name",
     "is_async_callable",
 ]
 
@@ -35,13 +32,6 @@ log = logging.getLogger("aioflow")
 DROP: Any = object()
 
 
-def fn_name(fn: Any) -> str:
-    """A short name for a user function, for stage names."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return getattr(fn, "__name__", None) or type(fn).__name__
-
-
 def is_async_callable(fn: Any) -> bool:
     """True for ``async def`` functions, partials of them and objects with async __call__."""
     while isinstance(fn, functools.partial):
@@ -49,14 +39,6 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004
     )
-
-
-def check_concurrency(concurrency: int, what: str = "concurrency") -> int:
-    if concurrency == AUTOTUNE:
-        return concurrency
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise PipelineError(f"{what} must be a positive int or af.AUTOTUNE, got {concurrency!r}")
-    return concurrency
 
 
 def each(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from . import _worker
-from ._policy import fn_name
+from ._check import fn_name
 from .errors import PipelineError
 
 if TYPE_CHECKING:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import builtins
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._base import pipeline_of
 from ._runtime import ChunkIter, Ctx, Node, Opener
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ def range_split_size(n: int) -> int:
 
 def list_source(name: str, items: list[Any]) -> Pipeline[Any]:
     """A source of ``items`` (a split, made again the same wherever it is made)."""
-    from .pipeline import Pipeline
-
     async def gen() -> ChunkIter:
         if items:
             yield items
@@ -63,24 +62,23 @@ def list_source(name: str, items: list[Any]) -> Pipeline[Any]:
         return gen()
 
     n = len(items)
-    return Pipeline(Node(name, build, card=lambda _: n, task=True))
+    return pipeline_of(Node(name, build, card=lambda _: n, task=True))
 
 
 class RangeSplits:
     """``af.range`` cut into sub-ranges of ``range_split_size`` items."""
 
-    def __init__(self, r: builtins.range) -> None:
+    def __init__(self, r: builtins.range, source: Callable[[int, int, int], Pipeline[Any]]) -> None:
         self.r = r
+        self.source = source  # af.range, passed in: sources.py imports this module
         self.size = range_split_size(len(r))
 
     def count(self, epoch: int) -> int:
         return -(-len(self.r) // self.size)
 
     def split(self, epoch: int, index: int) -> Pipeline[Any]:
-        from .sources import range as af_range
-
         sub = self.r[index * self.size : (index + 1) * self.size]
-        return af_range(sub.start, sub.stop, sub.step)
+        return self.source(sub.start, sub.stop, sub.step)
 
 
 class FileSplits:

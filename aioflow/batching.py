@@ -1,142 +1,60 @@
-"""Batching: batch, unbatch, rebatch, window, padded_batch, bucket_by_length, and collates.
+"""Batching: batch, unbatch, rebatch, window, padded_batch, bucket_by_length.
 
-The default collate follows torch's ``default_collate`` shape rules with numpy: numpy
-arrays are stacked, numbers become an array, dicts/tuples/lists are collated field by
-field, anything else (strings, bytes, objects) is kept as a list.
+Each operator is one ``*_node`` function making its complete ``Node``; the collates
+(how a list of items becomes a batch, and back) are in ``collate``.
 """
 
 from __future__ import annotations
 
-import importlib
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ._runtime import ChunkIter, Ctx, Opener, aclosing
+from ._check import check_int, is_int
+from ._logs import chunkwise
+from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
+from ._state import LOGGED, per_batch
+from .collate import default_collate, keep_list, pad_collate, resolve_collate, split_rows
 from .errors import PipelineError, annotate
 
-__all__ = [
-    "COLLATES",
-    "build_batch",
-    "build_bucket_by_length",
-    "build_padded_batch",
-    "build_rebatch",
-    "build_unbatch",
-    "build_window",
-    "card_batch",
-    "card_window",
-    "default_collate",
-    "pad_collate",
-    "resolve_collate",
-    "split_rows",
-]
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
-_SCALARS = (bool, int, float, complex, np.generic)
+__all__: list[str] = []  # the operators are Pipeline methods; af.default_collate: collate
 
 
-def default_collate(items: Sequence[Any]) -> Any:
-    """Stack a list of samples into one batch.
-
-    Example:
-        >>> import numpy as np
-        >>> b = default_collate([{"x": np.zeros(2), "y": 1}, {"x": np.ones(2), "y": 0}])
-        >>> b["x"].shape, b["y"].tolist()
-        ((2, 2), [1, 0])
-    """
-    first = items[0]
-    if isinstance(first, np.ndarray):
-        return np.stack(items)
-    if isinstance(first, _SCALARS):
-        arr = np.asarray(items)
-        if arr.dtype.kind == "f" and isinstance(first, int) and not isinstance(first, bool):
-            return np.array(items, dtype=object)  # ints beyond int64: never round to float
-        return arr
-    if isinstance(first, Mapping):
-        return {k: default_collate([d[k] for d in items]) for k in first}
-    if isinstance(first, tuple):
-        cols = [default_collate(list(col)) for col in zip(*items, strict=True)]
-        if hasattr(first, "_fields"):  # a namedtuple keeps its type
-            return type(first)(*cols)
-        return tuple(cols)
-    if isinstance(first, list):
-        return [default_collate(list(col)) for col in zip(*items, strict=True)]
-    return list(items)
-
-
-def _keep_list(items: Sequence[Any]) -> Any:
-    return items if isinstance(items, list) else list(items)
-
-
-#: ``batch(collate=NAME)``: NAME -> "module:factory"; the factory imports its library
-#: (so a missing one fails when the pipeline is described) and returns the collate.
-COLLATES: dict[str, str] = {
-    "torch": "aioflow.integrations.torch:make_collate",
-    "jax": "aioflow.integrations.jax:make_collate",
-}
-
-
-def _named_collate(name: str) -> Callable[[Sequence[Any]], Any]:
-    target = COLLATES.get(name)
-    if target is None:
-        raise PipelineError(f"unknown collate name {name!r} (known: {', '.join(COLLATES)})")
-    module, _, factory = target.partition(":")
-    try:
-        made: Callable[[Sequence[Any]], Any] = getattr(importlib.import_module(module), factory)()
-    except ImportError as e:
-        raise PipelineError(
-            f"collate={name!r} needs {e.name or name}, which is not installed"
-            f" (pip install 'aioflow[{name}]')"
-        ) from e
-    return made
-
-
-def resolve_collate(collate: Any) -> Callable[[Sequence[Any]], Any]:
-    """``None`` -> default collate; ``list`` -> plain lists; a name (``COLLATES``) -> its
-    collate (``"torch"``: tensors, ``"jax"``: device arrays); a callable -> itself."""
-    if collate is None:
-        return default_collate
-    if collate is list:
-        return _keep_list
-    if isinstance(collate, str):
-        return _named_collate(collate)
-    if callable(collate):
-        return collate
-    raise PipelineError(f"collate must be None, list, a name or a callable, got {collate!r}")
-
-
-def split_rows(batch: Any) -> list[Any]:
-    """The samples of a batch (the inverse of the default collate)."""
-    if isinstance(batch, np.ndarray):
-        if batch.ndim == 0:
-            raise PipelineError("unbatch: cannot split a 0-d array into rows")
-        return list(batch)
-    if isinstance(batch, Mapping):
-        keys = list(batch)
-        cols = [split_rows(batch[k]) for k in keys]
-        return [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
-    if isinstance(batch, tuple):
-        cols = [split_rows(c) for c in batch]
-        rows = zip(*cols, strict=True)
-        if hasattr(batch, "_fields"):
-            return [type(batch)(*r) for r in rows]
-        return [tuple(r) for r in rows]
-    if isinstance(batch, list):
-        return batch  # a list batch (collate=list) is its samples
-    if isinstance(batch, str | bytes) or not hasattr(batch, "__len__"):
-        raise PipelineError(f"unbatch: cannot split a {type(batch).__name__} into rows")
-    return [batch[i] for i in range(len(batch))]
-
-
-def build_batch(
-    size: int, drop_remainder: bool, collate: Any
-) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise PipelineError(f"batch size must be a positive int, got {size!r}")
+def batch_node(up: Pipeline[Any], size: int, drop_remainder: bool, collate: Any) -> Node:
+    """``batch``: ``size`` consecutive items collated into one."""
+    check_int("batch size", size, 1, want="a positive int")
     fn = resolve_collate(collate)
+    return _batch_node(up, "batch", size, drop_remainder, fn, (size, drop_remainder, collate))
+
+
+def _batch_node(
+    up: Pipeline[Any],
+    name: str,
+    size: int,
+    drop_remainder: bool,
+    fn: Callable[[Sequence[Any]], Any],
+    key: tuple[Any, ...],
+) -> Node:
+    """The node of ``batch`` and ``padded_batch``: they differ only in their collate."""
+    return Node(
+        f"{name}({size})",
+        _batches(size, drop_remainder, fn),
+        inputs=(up,),
+        card=_card_batch(size, drop_remainder),
+        holds=size,
+        mult=size,
+        key=key,
+        resume=per_batch(size),
+    )
+
+
+def _batches(size: int, drop_remainder: bool, fn: Callable[[Sequence[Any]], Any]) -> Build:
+    """The build of ``batch``, and of the batches of ``padded_batch`` and ``rebatch``."""
 
     async def batch(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         buf: list[Any] = []
@@ -173,7 +91,7 @@ def build_batch(
     return lambda ctx, inputs: batch(inputs[0](), ctx)
 
 
-def card_batch(size: int, drop_remainder: bool) -> Callable[[Sequence[int]], int]:
+def _card_batch(size: int, drop_remainder: bool) -> Callable[[Sequence[int]], int]:
     def card(cs: Sequence[int]) -> int:
         c = cs[0]
         if c < 0:
@@ -203,35 +121,42 @@ async def _rows(src: ChunkIter, ctx: Ctx, kinds: list[type] | None = None) -> Ch
                 yield out
 
 
-def build_unbatch() -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    return lambda ctx, inputs: _rows(inputs[0](), ctx)
+def unbatch_node(up: Pipeline[Any]) -> Node:
+    """``unbatch``: the rows of every batch; resumable chunk by chunk (``chunkwise``)."""
+    build = chunkwise(lambda ctx, inputs: _rows(inputs[0](), ctx))
+    return Node("unbatch", build, inputs=(up,), card=_unknown, resume=LOGGED)
 
 
-def build_rebatch(size: int, drop_remainder: bool) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise PipelineError(f"rebatch size must be a positive int, got {size!r}")
+def rebatch_node(up: Pipeline[Any], size: int, drop_remainder: bool) -> Node:
+    """``rebatch``: the rows of the batches, batched again by ``size``."""
+    check_int("rebatch size", size, 1, want="a positive int")
 
     def collate_like(items: Sequence[Any], kinds: list[type]) -> Any:
         # list batches stay lists; anything else is re-stacked by the default collate
-        return _keep_list(items) if kinds and issubclass(kinds[0], list) else default_collate(items)
+        return keep_list(items) if kinds and issubclass(kinds[0], list) else default_collate(items)
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         kinds: list[type] = []
         rows = _rows(inputs[0](), ctx, kinds)
-        inner = build_batch(size, drop_remainder, lambda items: collate_like(items, kinds))
+        inner = _batches(size, drop_remainder, lambda items: collate_like(items, kinds))
         return inner(ctx, [lambda: rows])
 
-    return build
+    return Node(
+        f"rebatch({size})",
+        build,
+        inputs=(up,),
+        card=_unknown,
+        holds=size,
+        mult=size,
+        key=(size, drop_remainder),
+    )
 
 
-def build_window(
-    size: int, shift: int | None, drop_remainder: bool
-) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise PipelineError(f"window size must be a positive int, got {size!r}")
+def window_node(up: Pipeline[Any], size: int, shift: int | None, drop_remainder: bool) -> Node:
+    """``window``: lists of ``size`` consecutive items, a new one every ``shift``."""
+    check_int("window size", size, 1, want="a positive int")
     step = size if shift is None else shift
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise PipelineError(f"window shift must be a positive int, got {shift!r}")
+    check_int("window shift", step, 1, want="a positive int")
 
     async def window(src: ChunkIter) -> ChunkIter:
         buf: deque[Any] = deque()
@@ -263,14 +188,19 @@ def build_window(
             if out:
                 yield out
 
-    return lambda ctx, inputs: window(inputs[0]())
+    return Node(
+        f"window({size})",
+        lambda ctx, inputs: window(inputs[0]()),
+        inputs=(up,),
+        card=_card_window(size, step, drop_remainder),
+        holds=size,
+        mult=size,
+        key=(size, shift, drop_remainder),
+        resume=per_batch(step),
+    )
 
 
-def card_window(
-    size: int, shift: int | None, drop_remainder: bool
-) -> Callable[[Sequence[int]], int]:
-    step = size if shift is None else shift
-
+def _card_window(size: int, step: int, drop_remainder: bool) -> Callable[[Sequence[int]], int]:
     def card(cs: Sequence[int]) -> int:
         c = cs[0]
         if c < 0:
@@ -283,65 +213,17 @@ def card_window(
 
 
 # -- padding: padded_batch, bucket_by_length ---------------------------------------------
-def pad_collate(items: Sequence[Any], padding_value: Any = 0) -> Any:
-    """Stack samples, padding arrays in every dimension to the largest in the batch.
+def padded_batch_node(
+    up: Pipeline[Any], size: int, padding_value: Any, drop_remainder: bool
+) -> Node:
+    """``padded_batch``: batches of ``size`` items, padded by ``pad_collate``."""
+    check_int("batch size", size, 1, want="a positive int")
 
-    As tf.data's ``padded_batch`` with ``padded_shapes=None``: numpy arrays and lists of
-    numbers are padded with ``padding_value`` (a scalar, or a dict/tuple of them matching
-    the samples' structure); numbers become an array; dicts and tuples are padded field
-    by field; anything else is kept as a list.
+    def fn(items: Sequence[Any]) -> Any:
+        return pad_collate(items, padding_value)
 
-    Example:
-        >>> import numpy as np
-        >>> pad_collate([np.array([1, 2, 3]), np.array([4])]).tolist()
-        [[1, 2, 3], [4, 0, 0]]
-    """
-    first = items[0]
-    if isinstance(first, Mapping):
-        return {k: pad_collate([d[k] for d in items], _field(padding_value, k)) for k in first}
-    if isinstance(first, tuple):
-        cols = [
-            pad_collate(list(col), _field(padding_value, i))
-            for i, col in enumerate(zip(*items, strict=True))
-        ]
-        return type(first)(*cols) if hasattr(first, "_fields") else tuple(cols)
-    if isinstance(first, np.ndarray | list):
-        return _pad_stack([np.asarray(x) for x in items], padding_value)
-    if isinstance(first, _SCALARS):
-        arr = np.asarray(items)
-        if arr.dtype.kind == "f" and isinstance(first, int) and not isinstance(first, bool):
-            return np.array(items, dtype=object)  # ints beyond int64: never round to float
-        return arr
-    return list(items)
-
-
-def _field(value: Any, k: Any) -> Any:
-    if isinstance(value, Mapping | tuple | list):
-        return value[k]
-    return value
-
-
-def _pad_stack(arrays: list[np.ndarray], value: Any) -> np.ndarray:
-    ndim = arrays[0].ndim
-    if any(a.ndim != ndim for a in arrays):
-        raise PipelineError(
-            f"padded_batch: samples have different ranks {sorted({a.ndim for a in arrays})}"
-        )
-    shape = tuple(max(dims) for dims in zip(*(a.shape for a in arrays), strict=True))
-    dtype = np.result_type(*arrays)
-    out = np.full((len(arrays), *shape), value, dtype=dtype)
-    for i, a in enumerate(arrays):
-        if a.shape == shape:
-            out[i] = a
-        else:
-            out[(i, *(slice(0, d) for d in a.shape))] = a  # type: ignore[index]
-    return out
-
-
-def build_padded_batch(
-    size: int, padding_value: Any, drop_remainder: bool
-) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    return build_batch(size, drop_remainder, lambda items: pad_collate(items, padding_value))
+    key = (size, padding_value, drop_remainder)
+    return _batch_node(up, "padded_batch", size, drop_remainder, fn, key)
 
 
 def check_buckets(boundaries: Sequence[int], batch_sizes: Sequence[int]) -> None:
@@ -353,17 +235,17 @@ def check_buckets(boundaries: Sequence[int], batch_sizes: Sequence[int]) -> None
         )
     if any(b >= c for b, c in pairwise(bs)):
         raise PipelineError(f"bucket boundaries must be strictly increasing, got {bs!r}")
-    for s in sizes:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
-            raise PipelineError(f"bucket batch sizes must be positive ints, got {sizes!r}")
+    if not all(is_int(s, 1) for s in sizes):
+        raise PipelineError(f"bucket batch sizes must be positive ints, got {sizes!r}")
 
 
-def build_bucket_by_length(
+def bucket_by_length_node(
+    up: Pipeline[Any],
     length_fn: Callable[[Any], int],
     boundaries: Sequence[int],
     batch_sizes: Sequence[int],
     padding_value: Any,
-) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
+) -> Node:
     """tf.data's ``bucket_by_sequence_length``: bucket ``i`` holds lengths in
     ``[boundaries[i-1], boundaries[i])`` (the first from 0, the last to infinity); a full
     bucket becomes a padded batch; what is left is flushed at the end, bucket by bucket.
@@ -406,4 +288,16 @@ def build_bucket_by_length(
                 nb += 1
                 yield [last]
 
-    return lambda ctx, inputs: bucket(inputs[0](), ctx)
+    return Node(
+        "bucket_by_length",
+        lambda ctx, inputs: bucket(inputs[0](), ctx),
+        inputs=(up,),
+        card=_unknown,
+        holds=sum(sizes),
+        mult=max(sizes, default=1),
+        key=(length_fn, tuple(bounds), tuple(sizes), padding_value),
+    )
+
+
+def _unknown(cs: Sequence[int]) -> int:
+    return UNKNOWN_CARD

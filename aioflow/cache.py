@@ -31,12 +31,16 @@ import secrets
 import struct
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._runtime import Chunk, ChunkIter, Ctx, Opener, aclosing
+from ._runtime import Chunk, ChunkIter, Ctx, Node, Opener, aclosing
 from .errors import PipelineError, StageError
+from .io._streams import Buffered, bad_input, open_stream
 
-__all__ = ["build_cache", "cache_path"]
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["cache_path"]
 
 log = logging.getLogger("aioflow")
 
@@ -98,8 +102,6 @@ async def _memory_cache(ctx: Ctx, opener: Opener, store: _Memory) -> ChunkIter:
 
 
 async def _read_file(ctx: Ctx, path: str, trailer_count: int) -> ChunkIter:
-    from .io._streams import Buffered, bad_input, open_stream
-
     def corrupt(what: str, at: int, cause: BaseException | None = None) -> BaseException:
         _remove_if_unchanged(path, seen)  # so the next epoch rebuilds it
         err = bad_input(ctx, path, f"corrupt cache file ({what}); it is rebuilt", offset=at)
@@ -270,10 +272,13 @@ async def _io(ctx: Ctx, path: str, call: Awaitable[None]) -> None:
         ) from e
 
 
-def build_cache(path: Any) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    """The build of ``Pipeline.cache(path)``."""
+def cache_node(up: Pipeline[Any], path: Any) -> Node:
+    """``cache(path)``: the first complete epoch kept in memory, or in a file at ``path``."""
     p = cache_path(path)
+    build: Callable[[Ctx, Sequence[Opener]], ChunkIter]
     if p is None:
         store = _Memory()
-        return lambda ctx, inputs: _memory_cache(ctx, inputs[0], store)
-    return lambda ctx, inputs: _file_cache(ctx, inputs[0], p)
+        build = lambda ctx, inputs: _memory_cache(ctx, inputs[0], store)  # noqa: E731
+    else:
+        build = lambda ctx, inputs: _file_cache(ctx, inputs[0], p)  # noqa: E731
+    return Node("cache" if p is None else "cache(file)", build, inputs=(up,), key=(p,))

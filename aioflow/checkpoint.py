@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ._check import check_int
 from ._iterators import PipelineIterator
+from ._state import check_state
 from .errors import StateMismatch
-from .pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
 T = TypeVar("T")
 
@@ -76,8 +80,6 @@ class StatefulLoader(Generic[T]):
             raise StateMismatch(f"not a StatefulLoader state: {state_dict!r:.200}")
         state = state_dict.get("state")
         if state is not None:
-            from ._state import check_state
-
             check_state(self.pipeline, state)
         self._loaded = copy.deepcopy(state)
 
@@ -168,8 +170,7 @@ def merge_states(states: Sequence[dict[str, Any]], *, num_shards: int) -> list[d
     """
     if not states:
         raise StateMismatch("merge_states needs the states of all ranks, got none")
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise StateMismatch(f"num_shards must be an int >= 1, got {num_shards!r}")
+    check_int("num_shards", num_shards, 1, error=StateMismatch)
     key = _source_of(states[0])
     srcs = []
     for s in states:

@@ -33,9 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from ._base import pipeline_of
 from ._meters import StageMeter
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, graph_nodes
+from .combine import concat
 from .errors import PipelineError, StageError
+from .slicing import shard_from_env
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -63,8 +66,6 @@ def _leaf(upstream: Pipeline[Any]) -> Node:
 
 def _with_source(p: Pipeline[Any], leaf: Node, source: Pipeline[Any]) -> Pipeline[Any]:
     """``p`` with ``leaf`` replaced by ``source`` (shared nodes stay shared)."""
-    from .pipeline import Pipeline
-
     made: dict[int, Pipeline[Any]] = {}
 
     def walk(q: Pipeline[Any]) -> Pipeline[Any]:
@@ -73,7 +74,7 @@ def _with_source(p: Pipeline[Any], leaf: Node, source: Pipeline[Any]) -> Pipelin
             return source
         if id(node) not in made:
             inputs = tuple(walk(i) for i in node.inputs)
-            made[id(node)] = Pipeline(dataclasses.replace(node, inputs=inputs))
+            made[id(node)] = pipeline_of(dataclasses.replace(node, inputs=inputs))
         return made[id(node)]
 
     return walk(p)
@@ -95,17 +96,13 @@ def _no_split(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
 def job_of(upstream: Pipeline[Any], leaf: Node) -> bytes:
     """The part before ``distribute`` as a task gets it: the source left out (a hole that
     the task fills with its splits), so that a long file list is not in every task."""
-    from .pipeline import Pipeline
-
-    hole: Pipeline[Any] = Pipeline(Node("split", _no_split, task=True))
+    hole = pipeline_of(Node("split", _no_split, task=True))
     return cloudpickle.dumps((_with_source(upstream, leaf, hole), hole._node))
 
 
 def run_split(job: bytes, parts: list[Pipeline[Any]]) -> tuple[list[Any], float, str]:
     """On a worker: the items of the part before ``distribute`` over the splits ``parts``
     (read one after another as one source), the seconds it took, and where it ran."""
-    from .combine import concat
-
     upstream, hole = cloudpickle.loads(job)
     p = _with_source(upstream, hole, parts[0] if len(parts) == 1 else concat(*parts))
     t0 = perf_counter()
@@ -302,8 +299,6 @@ def build_distribute(
     max_outstanding: int | None,
 ) -> Node:
     """The node of ``Pipeline.distribute`` (checks its arguments now, not when it runs)."""
-    from .transforms import shard_from_env
-
     if not hasattr(client, "scheduler") or not hasattr(client, "submit"):
         raise PipelineError(f"distribute needs a distributed.Client, got {type(client).__name__}")
     if num_consumers is None or consumer_index is None:

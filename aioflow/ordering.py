@@ -13,40 +13,41 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from itertools import count
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._check import check_int
+from ._chunks import skip_chunks
 from ._logs import ShuffleLog
-from ._runtime import CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Opener, aclosing
+from ._runtime import (
+    CHANNEL_ITEMS,
+    CHUNK_MAX,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    aclosing,
+)
 from ._spill import external_sort, keys_of
+from ._state import LOGGED, Refuse
 from .errors import LateItem, PipelineError, annotate, control_flow_error
-from .sampling import check_seed, epoch_rng
+from .partition import INPUT_ITEMS, build_partition_by
+from .sampling import card_unknown, check_seed, epoch_rng
 
-__all__ = [
-    "build_group_by",
-    "build_shuffle",
-    "build_sort_by",
-    "card_unknown",
-    "check_size",
-]
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__: list[str] = []  # the operators are Pipeline methods
 
 
-def card_unknown(cs: Sequence[int]) -> int:
-    """The cardinality of an operator whose output count depends on the data."""
-    return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD
-
-
-def check_size(name: str, v: Any, lo: int = 1, none_ok: bool = False) -> int | None:
-    if v is None and none_ok:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise PipelineError(f"{name} must be an int >= {lo}, got {v!r}")
-    return v
+def _check_size(name: str, v: Any) -> None:
+    if v is not None:
+        check_int(name, v, 1)
 
 
 # -- shuffle ------------------------------------------------------------------------------
-def build_shuffle(
+def _shuffle(
     buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     """tf.data's buffer shuffle: fill a buffer, then emit a random slot and refill it.
@@ -55,7 +56,7 @@ def build_shuffle(
     64-bit draw per item, so the order does not depend on chunk boundaries). At the end
     the buffer is emitted in a random permutation.
     """
-    check_size("shuffle buffer_size", buffer_size)
+    check_int("shuffle buffer_size", buffer_size, 1)
     seed = check_seed(seed)
     if seed is None and not reshuffle_each_iteration:
         # as in tf.data: a random order, the same for every epoch of this pipeline
@@ -99,8 +100,6 @@ def build_shuffle(
                 yield out
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        from .transforms import skip_chunks
-
         log = ShuffleLog(ctx, epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0))
         gen = shuffle(inputs[0](), ctx, log)
         return skip_chunks(gen, log.drop) if log.drop else gen
@@ -129,7 +128,7 @@ class _Desc:
 LATE_POLICIES = ("emit", "drop", "raise")
 
 
-def build_sort_by(
+def _sort_by(
     key: Callable[[Any], Any],
     buffer_size: int | None,
     reverse: bool,
@@ -139,8 +138,8 @@ def build_sort_by(
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     if not callable(key):
         raise PipelineError(f"sort_by needs a callable key, got {key!r}")
-    check_size("sort_by buffer_size", buffer_size, none_ok=True)
-    check_size("sort_by max_in_memory", max_in_memory)
+    _check_size("sort_by buffer_size", buffer_size)
+    check_int("sort_by max_in_memory", max_in_memory, 1)
     if on_late not in LATE_POLICIES:
         raise PipelineError(f"sort_by on_late must be 'emit', 'drop' or 'raise', got {on_late!r}")
     if buffer_size is None:
@@ -148,56 +147,64 @@ def build_sort_by(
             inputs[0](), ctx, key, reverse, max_in_memory, spill_dir
         )
     size = buffer_size
+    return lambda ctx, inputs: _stream_sort(inputs[0](), ctx, key, size, reverse, on_late)
 
-    async def stream_sort(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        # entries (key, seq, item): seq breaks ties in arrival order, items are never compared
-        heap: list[tuple[Any, int, Any]] = []
-        seq = count()
-        pushpop = partial(heapq.heappushpop, heap)
-        pos = 0
-        last: list[Any] = []  # the largest key emitted so far (the watermark), once there is one
-        failure: BaseException | None = None
-        async with aclosing(src):
-            try:
-                async for chunk in src:
-                    keys, failure = keys_of(key, chunk, ctx, pos)
-                    if reverse:
-                        keys = [_Desc(k) for k in keys]
-                    entries = list(zip(keys, seq, chunk, strict=False))  # up to a failing key
-                    pos += len(entries)
-                    room = size - len(heap)
-                    if room > 0:
-                        heap.extend(entries[:room])
-                        if len(heap) == size:
-                            heapq.heapify(heap)
-                        entries = entries[room:]
-                    if entries:
-                        out, late = _emit(map(pushpop, entries), last, on_late)
-                        if late:
-                            ctx.meter.late += late
-                        if out:
-                            yield out
-                        if late < 0:  # on_late="raise": the first late item
-                            raise _late_item(ctx, last, pos - len(entries), entries)
-                    if failure is not None:
-                        break
-            except LateItem:
-                raise
-            except Exception as e:  # upstream, or keys that do not compare
-                failure = annotate(e, ctx.name, pos)
-        # the end, or an error: what is left comes out in order (before the error)
+
+async def _stream_sort(
+    src: ChunkIter,
+    ctx: Ctx,
+    key: Callable[[Any], Any],
+    size: int,
+    reverse: bool,
+    on_late: str,
+) -> ChunkIter:
+    """``sort_by(buffer_size=size)``: a heap of ``size`` items, late items per ``on_late``."""
+    # entries (key, seq, item): seq breaks ties in arrival order, items are never compared
+    heap: list[tuple[Any, int, Any]] = []
+    seq = count()
+    pushpop = partial(heapq.heappushpop, heap)
+    pos = 0
+    last: list[Any] = []  # the largest key emitted so far (the watermark), once there is one
+    failure: BaseException | None = None
+    async with aclosing(src):
         try:
-            heap.sort()
-        except Exception as e:
-            if failure is None:
-                raise annotate(e, ctx.name, pos) from None
-            heap.clear()  # the keys do not compare: only the error comes out
-        for i in range(0, len(heap), CHUNK_MAX):
-            yield [e[2] for e in heap[i : i + CHUNK_MAX]]
-        if failure is not None:
-            raise failure
-
-    return lambda ctx, inputs: stream_sort(inputs[0](), ctx)
+            async for chunk in src:
+                keys, failure = keys_of(key, chunk, ctx, pos)
+                if reverse:
+                    keys = [_Desc(k) for k in keys]
+                entries = list(zip(keys, seq, chunk, strict=False))  # up to a failing key
+                pos += len(entries)
+                room = size - len(heap)
+                if room > 0:
+                    heap.extend(entries[:room])
+                    if len(heap) == size:
+                        heapq.heapify(heap)
+                    entries = entries[room:]
+                if entries:
+                    out, late = _emit(map(pushpop, entries), last, on_late)
+                    if late:
+                        ctx.meter.late += late
+                    if out:
+                        yield out
+                    if late < 0:  # on_late="raise": the first late item
+                        raise _late_item(ctx, last, pos - len(entries), entries)
+                if failure is not None:
+                    break
+        except LateItem:
+            raise
+        except Exception as e:  # upstream, or keys that do not compare
+            failure = annotate(e, ctx.name, pos)
+    # the end, or an error: what is left comes out in order (before the error)
+    try:
+        heap.sort()
+    except Exception as e:
+        if failure is None:
+            raise annotate(e, ctx.name, pos) from None
+        heap.clear()  # the keys do not compare: only the error comes out
+    for i in range(0, len(heap), CHUNK_MAX):
+        yield [e[2] for e in heap[i : i + CHUNK_MAX]]
+    if failure is not None:
+        raise failure
 
 
 def _emit(popped: Any, last: list[Any], on_late: str) -> tuple[list[Any], int]:
@@ -249,14 +256,14 @@ def _late_item(ctx: Ctx, last: list[Any], start: int, entries: list[Any]) -> Lat
 
 
 # -- group_by -----------------------------------------------------------------------------
-def build_group_by(
+def _group_by(
     key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     """Per-key groups, kept in the order in which each open group began."""
     if not callable(key):
         raise PipelineError(f"group_by needs a callable key, got {key!r}")
-    check_size("group_by size", size, none_ok=True)
-    check_size("group_by max_keys", max_keys, none_ok=True)
+    _check_size("group_by size", size)
+    _check_size("group_by max_keys", max_keys)
     full = size if size is not None else -1
     most = max_keys if max_keys is not None else -1
 
@@ -291,3 +298,73 @@ def build_group_by(
             yield rest[i : i + CHUNK_MAX]
 
     return lambda ctx, inputs: group(inputs[0](), ctx)
+
+
+# -- the nodes ----------------------------------------------------------------------------
+def shuffle_node(
+    up: Pipeline[Any], buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
+) -> Node:
+    """``shuffle``: tf.data's buffer shuffle (see ``_shuffle``); holds the buffer."""
+    return Node(
+        f"shuffle({buffer_size})",
+        _shuffle(buffer_size, seed, reshuffle_each_iteration),
+        inputs=(up,),
+        holds=buffer_size,
+        key=(buffer_size, seed, reshuffle_each_iteration),
+        resume=LOGGED,
+    )
+
+
+def sort_by_node(
+    up: Pipeline[Any],
+    key: Callable[[Any], Any],
+    buffer_size: int | None,
+    reverse: bool,
+    max_in_memory: int,
+    spill_dir: str | None,
+    on_late: str,
+) -> Node:
+    """``sort_by``: a streaming sort through a buffer, or an external sort without one."""
+    return Node(
+        "sort_by" if buffer_size is None else f"sort_by({buffer_size})",
+        _sort_by(key, buffer_size, reverse, max_in_memory, spill_dir, on_late),
+        inputs=(up,),
+        holds=max_in_memory if buffer_size is None else buffer_size,
+        key=(key, buffer_size, reverse, max_in_memory, on_late),
+    )
+
+
+def group_by_node(
+    up: Pipeline[Any], key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
+) -> Node:
+    """``group_by``: ``(key, [items])`` groups, at most ``max_keys`` open at once."""
+    return Node(
+        "group_by",
+        _group_by(key, size, max_keys),
+        inputs=(up,),
+        card=card_unknown,
+        holds=size * max_keys if size is not None and max_keys is not None else 0,
+        mult=size or 1,
+        key=(key, size, max_keys),
+    )
+
+
+def partition_by_node(
+    up: Pipeline[Any],
+    key: Callable[[Any], Any],
+    num_partitions: int,
+    fn: Callable[[Any], Any],
+) -> Node:
+    """``partition_by``: ``fn`` over ``num_partitions`` keyed partitions, merged as ready.
+
+    Each partition holds its input channel, the channel after its pipeline and a chunk.
+    """
+    return Node(
+        f"partition_by({num_partitions})",
+        build_partition_by(key, num_partitions, fn),
+        inputs=(up,),
+        card=card_unknown,
+        holds=num_partitions * (INPUT_ITEMS + CHANNEL_ITEMS + CHUNK_MAX),
+        key=(key, num_partitions, fn),
+        resume=Refuse("merges its partitions as they are ready: a replay would differ"),
+    )

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._base import PipelineBase, pipeline_of
 from ._channel import Channel
 from ._ctx import Ctx
 from ._fanin import merge_all
 from ._graph import CHANNEL_ITEMS, ChunkIter, Node, Opener
 from ._tasks import aclosing, cancel_and_wait
 from .errors import PipelineError, annotate
-from .pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
 __all__ = ["build_partition_by", "partition_of"]
 
@@ -71,7 +74,7 @@ def _feed(chan: Channel, index: int) -> Pipeline[Any]:
         finally:
             chan.abandon()
 
-    return Pipeline(Node(f"partition {index}", lambda ctx, inputs: read(), key=(index,)))
+    return pipeline_of(Node(f"partition {index}", lambda ctx, inputs: read(), key=(index,)))
 
 
 async def _route(
@@ -130,7 +133,7 @@ def build_partition_by(
                 sub = fn(_feed(chan, i))
             except Exception as e:
                 raise annotate(e, ctx.name) from None
-            if not isinstance(sub, Pipeline):
+            if not isinstance(sub, PipelineBase):
                 raise PipelineError(
                     f"partition_by: fn returned {type(sub).__name__}, not a Pipeline"
                 )

@@ -10,15 +10,21 @@ output does not depend on how the input happened to be cut into chunks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._check import fn_name
+from ._chunks import skip_chunks
 from ._logs import ChunkLog
-from ._runtime import ChunkIter, Ctx, Opener, aclosing
+from ._runtime import INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, aclosing
+from ._state import LOGGED
 from .errors import PipelineError, annotate
 
-__all__ = ["build_rejection_resample", "check_seed", "epoch_rng", "probabilities"]
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__ = ["card_unknown", "check_seed", "epoch_rng", "probabilities"]
 
 #: Count every class starts from when the initial distribution is estimated (tf.data's).
 SMOOTHING = 10
@@ -60,7 +66,7 @@ def _ratio(target: np.ndarray, initial: np.ndarray) -> np.ndarray:
     return r
 
 
-def build_rejection_resample(
+def _rejection_resample(
     class_fn: Callable[[Any], Any],
     target_dist: Any,
     initial_dist: Any,
@@ -101,36 +107,13 @@ def build_rejection_resample(
         async with aclosing(src):
             async for chunk in src:
                 log.mark(emitted, pos, {"rng": rng.bit_generator.state, "counts": counts.tolist()})
-                classes: list[int] = []
-                failure: BaseException | None = None
-                for x in chunk:
-                    try:
-                        c = class_fn(x)
-                        if isinstance(c, bool) or not isinstance(c, int | np.integer):
-                            raise PipelineError(
-                                f"{ctx.name}: class_fn must return an int, got {c!r}"
-                            )
-                        if not 0 <= c < k:
-                            raise PipelineError(
-                                f"{ctx.name}: class {c} is outside target_dist's {k} classes"
-                            )
-                    except Exception as e:
-                        failure = annotate(e, ctx.name, pos + len(classes))
-                        break
-                    classes.append(int(c))
+                classes, failure = _classes_of(chunk, class_fn, k, ctx, pos)
                 if classes:
                     cls = np.asarray(classes, dtype=np.intp)
                     if known is not None:
                         accept = known[cls]
                     else:
-                        # the estimate before each item, the item itself counted
-                        seen = np.zeros((len(cls), k))
-                        seen[np.arange(len(cls)), cls] = 1.0
-                        est = counts + np.cumsum(seen, axis=0)
-                        counts = est[-1].copy()
-                        with np.errstate(divide="ignore", invalid="ignore"):
-                            ratio = np.where(target > 0, target / est, 0.0)
-                        accept = ratio[np.arange(len(cls)), cls] / ratio.max(axis=1)
+                        accept, counts = _estimated_acceptance(cls, counts, target)
                     keep = rng.random(len(cls)) < accept
                     out = [x for x, kp in zip(chunk, keep.tolist(), strict=False) if kp]
                     pos += len(classes)
@@ -141,10 +124,68 @@ def build_rejection_resample(
                     raise failure from None
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        from .transforms import skip_chunks
-
         log = ChunkLog(ctx)
         gen = resample(inputs[0](), ctx, log)
         return skip_chunks(gen, log.drop) if log.drop else gen
 
     return build
+
+
+def _classes_of(
+    chunk: list[Any], class_fn: Callable[[Any], Any], k: int, ctx: Ctx, pos: int
+) -> tuple[list[int], BaseException | None]:
+    """The classes of the chunk's items, up to the first that fails (and its error)."""
+    classes: list[int] = []
+    for x in chunk:
+        try:
+            c = class_fn(x)
+            if isinstance(c, bool) or not isinstance(c, int | np.integer):
+                raise PipelineError(f"{ctx.name}: class_fn must return an int, got {c!r}")
+            if not 0 <= c < k:
+                raise PipelineError(f"{ctx.name}: class {c} is outside target_dist's {k} classes")
+        except Exception as e:
+            return classes, annotate(e, ctx.name, pos + len(classes))
+        classes.append(int(c))
+    return classes, None
+
+
+def _estimated_acceptance(
+    cls: np.ndarray, counts: np.ndarray, target: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each item's chance to be kept, from the class counts before it (itself counted),
+    and the counts after the last item."""
+    k = len(target)
+    seen = np.zeros((len(cls), k))
+    seen[np.arange(len(cls)), cls] = 1.0
+    est = counts + np.cumsum(seen, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(target > 0, target / est, 0.0)
+    return ratio[np.arange(len(cls)), cls] / ratio.max(axis=1), est[-1].copy()
+
+
+def rejection_resample_node(
+    up: Pipeline[Any],
+    class_fn: Callable[[Any], int],
+    target_dist: list[float],
+    initial_dist: list[float] | None,
+    seed: int | None,
+) -> Node:
+    """``rejection_resample``: keep items at random so that classes follow ``target_dist``."""
+    return Node(
+        f"rejection_resample({fn_name(class_fn)})",
+        _rejection_resample(class_fn, target_dist, initial_dist, seed),
+        inputs=(up,),
+        card=card_unknown,
+        key=(
+            class_fn,
+            tuple(target_dist),
+            None if initial_dist is None else tuple(initial_dist),
+            seed,
+        ),
+        resume=LOGGED,
+    )
+
+
+def card_unknown(cs: Sequence[int]) -> int:
+    """The cardinality of an operator whose output count depends on the data."""
+    return INFINITE_CARD if cs[0] == INFINITE_CARD else UNKNOWN_CARD

@@ -8,91 +8,30 @@ once and a fast one moves in large chunks.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
-from itertools import islice
-from time import perf_counter
-from typing import Any, TypeVar
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
+
+from ._base import pipeline_of
+from ._check import check_int, is_int
+from ._chunks import iterable_chunks, sync_chunks
+from ._index import Position
 from ._logs import COUNTED, counted_source
+from ._permute import Permutation
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
 from ._splits import IndexSplits, RangeSplits, list_source
-from .errors import PipelineError, annotate
-from .pipeline import Pipeline
+from ._state import Seek
+from .errors import PipelineError
+from .slicing import shard_from_env
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
 
 T = TypeVar("T")
 
 __all__ = ["from_dataflow", "from_iterable", "from_source", "range"]
-
-# A chunk should take about this long to make: long enough to amortize the hand-off,
-# short enough that a slow source never holds the loop for long.
-_CHUNK_SECONDS = 0.0005
-
-
-async def sync_chunks(it: Iterator[Any], ctx: Ctx) -> ChunkIter:
-    """Read a sync iterator in adaptive chunks; items before an error are delivered first."""
-    n = 1
-    pos = 0
-    pc = perf_counter
-    while True:
-        if ctx.run.stopping:  # closing: a blocking read would delay it by an item-time
-            await asyncio.get_running_loop().create_future()  # until cancelled
-        chunk: list[Any] = []
-        t0 = pc()
-        try:
-            chunk.extend(islice(it, n))
-        except Exception as e:
-            if chunk:
-                yield chunk
-            raise annotate(e, ctx.name, pos + len(chunk)) from None
-        if not chunk:
-            return
-        dt = pc() - t0
-        pos += len(chunk)
-        yield chunk
-        if len(chunk) < n:
-            return
-        if dt < _CHUNK_SECONDS / 2:
-            if n < CHUNK_MAX:
-                n *= 2
-        elif dt > 2 * _CHUNK_SECONDS and n > 1:
-            n //= 2
-
-
-async def async_chunks(ait: AsyncIterable[Any], ctx: Ctx) -> ChunkIter:
-    """Read an async iterable one item per chunk (it decides its own pace)."""
-    pos = 0
-    agen = aiter(ait)
-    try:
-        while True:
-            try:
-                x = await anext(agen)
-            except StopAsyncIteration:
-                return
-            except Exception as e:
-                raise annotate(e, ctx.name, pos) from None
-            pos += 1
-            yield [x]
-    finally:
-        close = getattr(agen, "aclose", None)
-        if close is not None:
-            await close()
-
-
-def iterable_chunks(obj: Any, ctx: Ctx) -> ChunkIter:
-    """Chunks of any sync or async iterable."""
-    if isinstance(obj, Pipeline):
-        return ctx.open(obj)
-    if isinstance(obj, AsyncIterable):
-        return async_chunks(obj, ctx)
-    if isinstance(obj, Iterable):
-        return sync_chunks(iter(obj), ctx)
-    raise PipelineError(
-        f"{ctx.name}: expected an iterable, an async iterable or a Pipeline,"
-        f" got {type(obj).__name__}"
-    )
-
 
 def _len_or_unknown(obj: Any) -> int:
     try:
@@ -130,7 +69,7 @@ def from_iterable(obj: Iterable[T] | AsyncIterable[T] | Callable[[], Any]) -> Pi
 
     card = _len_or_unknown(obj) if is_iter else UNKNOWN_CARD
     name = "from_iterable"
-    return Pipeline(Node(name, build, card=lambda _: card, task=True, key=(type(obj).__name__,)))
+    return pipeline_of(Node(name, build, card=lambda _: card, task=True, key=(type(obj).__name__,)))
 
 
 def from_dataflow(df: Any) -> Pipeline[Any]:
@@ -159,7 +98,7 @@ def from_dataflow(df: Any) -> Pipeline[Any]:
         return iterable_chunks(df, ctx)
 
     card = _len_or_unknown(df)
-    return Pipeline(
+    return pipeline_of(
         Node("from_dataflow", build, card=lambda _: card, task=True, key=(type(df).__name__,))
     )
 
@@ -183,7 +122,7 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
 
     n = len(r)
     key = (r.start, r.stop, r.step)
-    return Pipeline(
+    return pipeline_of(
         Node(
             "range",
             build,
@@ -191,7 +130,7 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
             task=True,
             key=key,
             resume=COUNTED,
-            splits=RangeSplits(r),
+            splits=RangeSplits(r, range),
         )
     )
 
@@ -202,8 +141,6 @@ Shard = tuple[int, int] | str | None
 
 def resolve_shard(shard: Shard) -> tuple[int, int]:
     """``(num_shards, index)`` of a ``shard=`` argument: None, ``"env"`` or a pair."""
-    from .transforms import shard_from_env
-
     if shard is None:
         return 1, 0
     if shard == "env":
@@ -211,7 +148,7 @@ def resolve_shard(shard: Shard) -> tuple[int, int]:
     if (
         isinstance(shard, tuple | list)
         and len(shard) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in shard)
+        and all(is_int(v) for v in shard)
         and shard[0] >= 1
         and 0 <= shard[1] < shard[0]
     ):
@@ -227,8 +164,6 @@ def _reader_of(seq: Any) -> Callable[[Any], Iterable[Any]]:
 
     Else one by one (``map``), so that the items before a failing ``seq[i]`` come out.
     """
-    import numpy as np
-
     if isinstance(seq, builtins.range):
         r = seq
         return lambda idx: (idx * r.step + r.start).tolist()
@@ -277,24 +212,19 @@ def index_source(
     seq: Any, shuffle: bool, seed: int | None, shard: Shard, name: str
 ) -> Pipeline[Any]:
     """``from_source`` under a stage name of its own (``from_torch_dataset``'s)."""
-    from ._index import Position
-    from ._state import Seek
-
     if not (hasattr(seq, "__len__") and hasattr(seq, "__getitem__")):
         raise PipelineError(
             f"{name} needs __len__ and __getitem__, got {type(seq).__name__}"
             " (iterate it with af.from_iterable instead)"
         )
 
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        raise PipelineError(f"seed must be None or an int >= 0, got {seed!r}")
+    if seed is not None:
+        check_int("seed", seed, 0, want="None or an int >= 0")
     num, idx = resolve_shard(shard)
     n = len(seq)
     explicit = seed is not None
     if seed is None:
-        from numpy.random import SeedSequence
-
-        seed = 0 if num > 1 else int(SeedSequence().generate_state(1)[0])
+        seed = 0 if num > 1 else int(np.random.SeedSequence().generate_state(1)[0])
     read = _reader_of(seq)
     base_seed = seed
 
@@ -308,7 +238,7 @@ def index_source(
     start = Seek(lambda: Position(n, base_seed, (num, idx), None, 0).after(0))
     part = _IndexPart(seq, n, (num, idx), base_seed, shuffle, name)
     splits = IndexSplits(card, part)
-    return Pipeline(
+    return pipeline_of(
         Node(name, build, card=lambda _: card, task=True, key=key, resume=start, splits=splits)
     )
 
@@ -326,10 +256,6 @@ class _IndexPart:
         self.shuffle, self.name = shuffle, name
 
     def __call__(self, epoch: int, start: int, stop: int) -> Pipeline[Any]:
-        import numpy as np
-
-        from ._permute import Permutation
-
         num, idx = self.shard
         pos = idx + num * np.arange(start, stop, dtype=np.int64)
         if self.shuffle:

@@ -33,6 +33,9 @@ from time import perf_counter
 from typing import Any
 
 from ._meters import StageMeter
+from ._plot import plot_stats
+from ._table import notes, table, table_html
+from ._trace import write_trace
 
 __all__ = ["RunStats", "StageStats"]
 
@@ -342,18 +345,12 @@ class RunStats:
     # -- rendering (aioflow._table) ----------------------------------------------------
     def notes(self) -> list[str]:
         """Lines on what a stage counted beyond the table: late items, evicted groups."""
-        from ._table import notes
-
         return notes(self)
 
     def __str__(self) -> str:
-        from ._table import table
-
         return table(self)
 
     def _repr_html_(self) -> str:
-        from ._table import table_html
-
         return table_html(self)
 
     def trace(self, path: Any) -> Any:
@@ -377,8 +374,6 @@ class RunStats:
             >>> sorted({e["args"]["name"] for e in events if e["name"] == "thread_name"})
             ['consumer', 'map(<lambda>)', 'prefetch(4)', 'range']
         """
-        from ._trace import write_trace
-
         write_trace(self, path)
         return path
 
@@ -396,7 +391,5 @@ class RunStats:
             >>> it.stats().plot(path) == path and os.path.getsize(path) > 0
             True
         """
-        from ._plot import plot_stats
-
         plot_stats(self, path)
         return path

@@ -22,4 +22,6 @@ fi
 "${PIP[@]}" -c scripts/constraints.txt -e ".[$EXTRAS]"
 "$VPY" -m ruff check aioflow
 "$VPY" -m mypy aioflow
+# the layers of docs/architecture.md (pyproject.toml [tool.importlinter])
+"$VENV/bin/lint-imports"
 exec "$VPY" -m pytest -q "$@"

@@ -246,11 +246,11 @@ def test_non_native_byte_order_is_converted_and_strings_arrays_are_refused():
 
 
 def test_unknown_or_missing_collate_library_is_a_pipeline_error(monkeypatch):
-    from aioflow import batching
+    from aioflow import collate
 
     with pytest.raises(PipelineError, match="unknown collate name 'tensorflow'"):
         af.range(3).batch(2, collate="tensorflow")
-    monkeypatch.setitem(batching.COLLATES, "nolib", "aioflow_no_such_module:make_collate")
+    monkeypatch.setitem(collate.COLLATES, "nolib", "aioflow_no_such_module:make_collate")
     with pytest.raises(PipelineError, match=r"pip install 'aioflow\[nolib\]'"):
         af.range(3).batch(2, collate="nolib")
 

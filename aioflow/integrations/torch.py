@@ -11,26 +11,29 @@ is imported only by the functions that need it.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._calls import check_concurrency
-from .._runtime import CHUNK_MAX
+from .._check import check_concurrency
+from .._runtime import CHUNK_MAX, Node
+from ..checkpoint import StatefulLoader
 from ..errors import PipelineError
-from ..pipeline import Pipeline
 from ..sources import Shard, from_iterable, index_source, resolve_shard
-from ..transforms import build_map
+from ..transforms import map_node
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = [
     "collate",
     "from_torch_dataset",
     "make_collate",
-    "pin_memory",
     "stateful_dataset",
     "to_torch",
 ]
@@ -205,10 +208,11 @@ def _pin(x: Any) -> Any:
     return x
 
 
-def pin_memory(p: Pipeline[Any]) -> Pipeline[Any]:
-    """``p.pin_memory()``: pin every tensor of every item, in a thread, when CUDA exists.
+def pin_memory_node(up: Pipeline[Any]) -> Node | None:
+    """``pin_memory()``: pin every tensor of every item, in a thread, when CUDA exists.
 
-    Without CUDA it returns ``p`` itself and logs a notice, once per process.
+    Without CUDA there is no node (the pipeline stays as it is) and a notice is logged,
+    once per process.
     """
     global _noticed
     try:
@@ -222,12 +226,14 @@ def pin_memory(p: Pipeline[Any]) -> Pipeline[Any]:
                 "pin_memory(): CUDA is not available, so batches stay in pageable memory"
                 " (pin_memory() does nothing here; this notice is shown once)"
             )
-        return p
+        return None
     # a copy into page-locked memory: in a thread, off the loop the other stages share
-    build = build_map(
-        _pin, concurrency=1, executor="thread", ordered=True, on_error="raise", timeout=None
+    node = map_node(
+        up, _pin, concurrency=1, executor="thread", ordered=True, on_error="raise", timeout=None
     )
-    return p._then("pin_memory", build, task=True, holds=1 + CHUNK_MAX, key=("pin_memory",))
+    return dataclasses.replace(
+        node, name="pin_memory", holds=1 + CHUNK_MAX, key=("pin_memory",), resume=None
+    )
 
 
 # -- checkpoints --------------------------------------------------------------------------
@@ -250,8 +256,6 @@ def stateful_dataset(pipeline: Pipeline[Any]) -> Any:
         [[0, 1], [2, 3], [4]]
     """
     import torch
-
-    from ..checkpoint import StatefulLoader
 
     if not _stateful_class:
         _stateful_class.append(

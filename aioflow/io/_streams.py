@@ -29,7 +29,7 @@ from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
 from .._state import SEEK
 from ..errors import BadInput, PipelineError
-from ..pipeline import Pipeline
+from .remote import open_url
 
 __all__ = [
     "BLOCK_MAX",
@@ -211,8 +211,6 @@ async def open_stream(
     """
     stream: ByteStream
     if is_url(path):
-        from .remote import open_url
-
         stream = await open_url(path, ctx)
     else:
         stream = await LocalStream.open(local_path(path), ctx.run.thread_pool(), offset)
@@ -326,8 +324,8 @@ def reader(
     key: tuple[Any, ...] = (),
     task: bool = True,
     load: Callable[[str], Any] | None = None,
-) -> Pipeline[Any]:
-    """The ``Pipeline`` of a file reader: a source node, in a task of its own.
+) -> Node:
+    """The node of a file reader: a source node, in a task of its own.
 
     ``task=False`` (readers of one item per file) fuses it into the task that reads it:
     a one-item stream has nothing to read ahead, and a task per file costs more than a
@@ -342,7 +340,6 @@ def reader(
         return gen(p, ctx, _policy(ctx, on_error))
 
     one = None if load is None or is_url(p) else functools.partial(load, local_path(p))
-    node = Node(
+    return Node(
         name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK, load=one
     )
-    return Pipeline(node)

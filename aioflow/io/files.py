@@ -15,14 +15,14 @@ import json
 import os
 import random
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._base import pipeline_of
 from .._calls import ErrorPolicy
 from .._logs import COUNTED, SeekLog, counted_source
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
 from .._splits import FileSplits
 from ..errors import PipelineError
-from ..pipeline import Pipeline
 from ._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
@@ -35,6 +35,10 @@ from ._streams import (
     open_stream,
     reader,
 )
+from .remote import glob_url
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = ["chunked", "list_files", "read_bytes", "read_jsonl", "read_lines"]
 
@@ -49,8 +53,6 @@ def chunked(items: list[Any]) -> list[list[Any]]:
 # -- list_files -------------------------------------------------------------------------
 def _glob(pattern: str) -> list[str]:
     if is_url(pattern):
-        from .remote import glob_url
-
         return glob_url(pattern)
     return [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
 
@@ -109,7 +111,7 @@ def list_files(
 
     n = len(files)
     key = (tuple(pats), shuffle, seed)
-    return Pipeline(
+    return pipeline_of(
         Node(
             "list_files",
             build,
@@ -252,7 +254,7 @@ def read_lines(
     comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        log = SeekLog(ctx, p, comp, offset=0, line=1)
+        log = SeekLog(ctx, comp is None and not is_url(p), offset=0, line=1)
         async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
             if bad:
                 good: list[Any] = []
@@ -269,7 +271,7 @@ def read_lines(
             for c in chunked(log.drop(lines)):
                 yield c
 
-    return reader("read_lines", path, gen, on_error=on_error, key=(encoding, comp))
+    return pipeline_of(reader("read_lines", path, gen, on_error=on_error, key=(encoding, comp)))
 
 
 def read_jsonl(
@@ -299,7 +301,7 @@ def read_jsonl(
     loads = json.loads
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        log = SeekLog(ctx, p, comp, offset=0, line=1)
+        log = SeekLog(ctx, comp is None and not is_url(p), offset=0, line=1)
         async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
             if not bad:
                 try:
@@ -332,7 +334,7 @@ def read_jsonl(
             for c in chunked(log.drop(out)):
                 yield c
 
-    return reader("read_jsonl", path, gen, on_error=on_error, key=(encoding, comp))
+    return pipeline_of(reader("read_jsonl", path, gen, on_error=on_error, key=(encoding, comp)))
 
 
 # -- whole files ------------------------------------------------------------------------
@@ -377,4 +379,4 @@ def read_bytes(path: str | os.PathLike[str]) -> Pipeline[bytes]:
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
         yield [await read_all(p, ctx)]
 
-    return reader("read_bytes", path, gen, card=1, task=False)
+    return pipeline_of(reader("read_bytes", path, gen, card=1, task=False))

@@ -20,15 +20,19 @@ import io
 import os
 import re
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._base import pipeline_of
 from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx
 from ..errors import BadInput
-from ..pipeline import Pipeline
 from ._streams import bad_input, is_url, local_path, reader
+from .files import read_all
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = ["load_npy", "parse_npy", "read_npy"]
 
@@ -220,8 +224,6 @@ async def load_npy(path: str, ctx: Ctx) -> np.ndarray[Any, Any]:
     """Read one ``.npy`` file, local or remote, without blocking the loop."""
     try:
         if is_url(path):
-            from .files import read_all
-
             return parse_npy(io.BytesIO(await read_all(path, ctx)), path)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, _load_local, local_path(path))
@@ -256,4 +258,5 @@ def read_npy(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
         yield [arr]
 
     card = 1 if on_error == "raise" else UNKNOWN_CARD
-    return reader("read_npy", path, gen, on_error=on_error, card=card, task=False, load=_load_local)
+    node = reader("read_npy", path, gen, on_error=on_error, card=card, task=False, load=_load_local)
+    return pipeline_of(node)

@@ -14,14 +14,17 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._base import pipeline_of
 from .._calls import ErrorPolicy
 from .._runtime import ChunkIter, Ctx, aclosing
 from ..errors import BadInput, PipelineError
-from ..pipeline import Pipeline
 from ._streams import bad_input, is_url, local_path, reader
 from .files import chunked
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = ["read_parquet"]
 
@@ -162,4 +165,4 @@ def read_parquet(
                     raise
             r.close()
 
-    return reader("read_parquet", path, gen, key=(batches, cols, batch_size))
+    return pipeline_of(reader("read_parquet", path, gen, key=(batches, cols, batch_size)))

@@ -13,10 +13,12 @@ import asyncio
 import errno
 import inspect
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._runtime import Ctx, Run
-from ._streams import ByteStream
+
+if TYPE_CHECKING:
+    from ._streams import ByteStream
 
 __all__ = ["glob_url", "open_url"]
 

@@ -16,13 +16,16 @@ from __future__ import annotations
 import os
 import re
 import tarfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._base import pipeline_of
 from .._calls import ErrorPolicy
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..errors import BadInput
-from ..pipeline import Pipeline
 from ._streams import Buffered, bad_input, check_compression, open_stream, reader
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = ["read_tar", "split_key"]
 
@@ -203,4 +206,4 @@ def read_tar(
                 if not policy.skip(err, ctx, index):
                     raise err
 
-    return reader("read_tar", path, gen, on_error=on_error, key=(comp,))
+    return pipeline_of(reader("read_tar", path, gen, on_error=on_error, key=(comp,)))

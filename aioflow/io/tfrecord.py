@@ -13,14 +13,17 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._base import pipeline_of
 from .._calls import ErrorPolicy
 from .._logs import SeekLog
 from .._runtime import CHUNK_MAX, ChunkIter, Ctx
 from ..errors import BadInput
-from ..pipeline import Pipeline
-from ._streams import Buffered, bad_input, check_compression, open_stream, reader
+from ._streams import Buffered, bad_input, check_compression, is_url, open_stream, reader
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 __all__ = ["crc32c", "crc32c_py", "masked_crc", "read_tfrecord"]
 
@@ -140,7 +143,7 @@ def read_tfrecord(
     comp = check_compression(compression_type)
 
     async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        log = SeekLog(ctx, p, comp, offset=0, index=0)
+        log = SeekLog(ctx, comp is None and not is_url(p), offset=0, index=0)
         index = log.start["index"]  # records seen, for the position of a skipped one
         async with open_stream(p, ctx, comp, log.start["offset"]) as s:
             buf = Buffered(s)
@@ -180,4 +183,4 @@ def read_tfrecord(
                 if not policy.skip(err, ctx, index):
                     raise err
 
-    return reader("read_tfrecord", path, gen, on_error=on_error, key=(check_crc, comp))
+    return pipeline_of(reader("read_tfrecord", path, gen, on_error=on_error, key=(check_crc, comp)))

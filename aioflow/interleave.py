@@ -1,0 +1,452 @@
+"""``interleave``: the items of many sub-pipelines, one per input element (fan-in).
+
+It follows tf.data's cycle order exactly: ``cycle_length`` sub-pipelines are open at
+once, ``block_length`` items are taken from each in turn, and one that ends is replaced
+by the sub-pipeline of the next input element when the cycle comes back to its slot.
+With ``concurrency``, every open sub-pipeline runs in a task of its own behind a bounded
+channel (``ctx.open_task``) and is read ahead from the moment it is opened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Sequence
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, cast
+
+from ._autotune import AUTOTUNE
+from ._base import PipelineBase
+from ._check import check_concurrency, check_int, fn_name
+from ._chunks import iterable_chunks, skip_chunks
+from ._fanin import merge
+from ._logs import CycleLog
+from ._runtime import (
+    CHANNEL_ITEMS,
+    CHUNK_MAX,
+    UNKNOWN_CARD,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    Run,
+    items_of,
+)
+from ._state import LOGGED, UNORDERED, Refuse
+from ._tasks import aclosing
+from .errors import PipelineError, annotate
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+__all__: list[str] = []  # Pipeline.interleave
+
+#: Items gathered for output are released before a read that may wait, once this old.
+_FLUSH_SECONDS = 0.0005
+
+
+async def _next_chunk(gen: ChunkIter) -> list[Any] | None:
+    return await anext(gen, None)
+
+
+class _Sub:
+    """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead.
+
+    A one-item source with a blocking read (``Node.load``: ``read_npy`` of a local file)
+    is not opened at all: ``loads`` runs its read in a batch with others on the run's
+    threads (one hop for several small files); if that read fails, it is opened after
+    all, and its reader raises or skips as it does anywhere.
+    """
+
+    __slots__ = (
+        "buf", "gen", "i", "loads", "next", "opener", "pos", "resume", "run", "seek", "sub",
+        "taken",
+    )  # fmt: skip
+
+    def __init__(self, gen: ChunkIter, run: Run, pos: int = 0, taken: int = 0) -> None:
+        self.gen = gen
+        self.run = run  # starts its read-ahead tasks: the run cancels what is left at close
+        self.buf: list[Any] = []
+        self.i = 0
+        self.next: asyncio.Future[list[Any] | None] | None = None
+        self.pos = pos  # of its element in the input, and items it gave (for states)
+        self.taken = taken
+        self.seek: Callable[[int], Any] | None = None
+        self.resume: Any = None  # the state it was opened with
+        self.sub: Pipeline[Any] | None = None  # a one-item source read by `loads`
+        self.loads: _Loads | None = None
+        self.opener: Callable[[], ChunkIter] | None = None  # opens `sub` if its read fails
+
+    def hook(self, fn: Callable[[int], Any]) -> None:
+        self.seek = fn
+
+    def ahead(self) -> asyncio.Future[list[Any] | None]:
+        """Start reading the next chunk now (for a task-opened one: starts its task)."""
+        if self.next is None:
+            if self.loads is not None:
+                self.next = self.loads.add(self)
+            else:
+                self.next = self.run.start(_next_chunk(self.gen), "interleave read-ahead")
+        return self.next
+
+    async def fill(self) -> bool:
+        """Take the next chunk as the one at hand; False at the end."""
+        if self.loads is not None and self.next is None:
+            self.ahead()
+        t = self.next
+        if t is None:
+            chunk = await _next_chunk(self.gen)
+        else:
+            chunk = await t
+            self.next = None  # only now: if cancelled while waiting, aclose awaits t
+        if self.loads is not None:  # its batched read: its one item, or it failed
+            self.loads = None
+            if chunk is _FAILED:  # read it as any sub-pipeline: it raises or skips there
+                assert self.opener is not None
+                self.gen = self.opener()
+                chunk = await _next_chunk(self.gen)
+            else:
+                self.gen = _no_chunks()
+        if chunk is None:
+            return False
+        self.buf, self.i = chunk, 0
+        return True
+
+    def cancel(self) -> None:
+        """Cancel the read started ahead, at once (``aclose`` then waits for it)."""
+        if self.next is not None:
+            self.next.cancel()
+
+    async def aclose(self) -> None:
+        t, self.next = self.next, None
+        if t is not None:
+            t.cancel()
+            await asyncio.wait([t])
+            if not t.cancelled():
+                t.exception()
+        if self.gen is not None:
+            await self.gen.aclose()
+
+
+#: Open one-item sources read in batches that count as one open sub-pipeline.
+_LIGHT = 8
+
+#: A batched read's result when it failed (the sub-pipeline is then opened and read).
+_FAILED: Any = object()
+
+
+async def _no_chunks() -> ChunkIter:
+    return
+    yield
+
+
+class _Loads:
+    """The blocking reads of one-item sources (``Node.load``), run in batches: all those
+    asked for before the loop goes on run in one call on the run's threads, in order."""
+
+    __slots__ = ("ctx", "meter", "pending")
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self.meter: Any = None  # the sub-stage's meter: items counted as an opened one's
+
+    def add(self, s: _Sub) -> asyncio.Future[Any]:
+        assert s.sub is not None
+        node = s.sub._node
+        if self.meter is None:
+            self.meter = self.ctx.run.meter_for(node, self.ctx.meter)
+            self.ctx.meter.adopt(self.meter)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if not self.pending:
+            loop.call_soon(self._flush)
+        assert node.load is not None
+        self.pending.append((node.load, fut))
+        return fut
+
+    def _flush(self) -> None:
+        batch = [(load, fut) for load, fut in self.pending if not fut.done()]
+        self.pending = []
+        if not batch or self.ctx.run.closed:
+            return
+        loop = asyncio.get_running_loop()
+        calls = loop.run_in_executor(self.ctx.run.thread_pool(), _load_all, [b[0] for b in batch])
+        calls.add_done_callback(lambda f: self._done(f, [b[1] for b in batch]))
+
+    def _done(self, calls: asyncio.Future[Any], futs: list[asyncio.Future[Any]]) -> None:
+        if calls.cancelled() or calls.exception() is not None:
+            results = [_FAILED] * len(futs)
+            seconds = 0.0
+        else:
+            results, seconds = calls.result()
+        self.meter.t_calls += seconds
+        for fut, r in builtins.zip(futs, results, strict=True):
+            if not fut.done():
+                if r is not _FAILED:
+                    self.meter.items_out += 1
+                    self.meter.chunks_out += 1
+                fut.set_result(r if r is _FAILED else [r])
+
+
+def _load_all(loads: list[Callable[[], Any]]) -> tuple[list[Any], float]:
+    t0 = perf_counter()
+    out = []
+    for load in loads:
+        try:
+            out.append(load())
+        except Exception:  # (read again as an opened sub-pipeline: it raises or skips)
+            out.append(_FAILED)
+    return out, perf_counter() - t0
+
+
+async def _close_all(subs: Sequence[_Sub | None]) -> None:
+    """Close every sub-pipeline, even when this is cancelled again on the way.
+
+    Every read-ahead is cancelled first, without waiting: a second cancellation in the
+    middle must not leave the later ones reading channels that no one will close.
+    """
+    open_subs = [s for s in subs if s is not None]
+    for s in open_subs:
+        s.cancel()
+    cancelled: BaseException | None = None
+    for s in open_subs:
+        try:
+            await s.aclose()
+        except asyncio.CancelledError as e:
+            cancelled = e
+    if cancelled is not None:
+        raise cancelled
+
+
+def _one_item(sub: PipelineBase) -> bool:
+    """A one-item source (``read_npy(path)``): the read-ahead task of its ``_Sub`` is all
+    the concurrency it needs; a task and channel of its own would cost more than reading
+    a small file."""
+    node = sub._node
+    return not node.task and not node.inputs and node.card(()) == 1
+
+
+class _Opener:
+    """Opens the sub-pipeline of each input element, in input order."""
+
+    def __init__(
+        self, src: ChunkIter, fn: Callable[[Any], Any], ctx: Ctx, task: bool, batch: bool = False
+    ) -> None:
+        self.items = cast(AsyncGenerator[Any, None], items_of(src))
+        self.fn = fn
+        self.ctx = ctx
+        self.task = task
+        self.pos = 0
+        self.ended = False
+        self.loads = _Loads(ctx) if batch else None  # one-item sources' reads, batched
+
+    async def next(self) -> _Sub | None:
+        if self.ended:
+            return None
+        x = await anext(self.items, _END)
+        if x is _END:
+            self.ended = True
+            return None
+        return self._open(x)
+
+    def _open(self, x: Any, resume: Any = None, drop: int = 0) -> _Sub:
+        try:
+            sub = self.fn(x)
+        except Exception as e:
+            raise annotate(e, self.ctx.name, self.pos) from None
+        self.pos += 1
+        s = _Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
+        s.resume = resume
+        if (
+            self.loads is not None
+            and isinstance(sub, PipelineBase)
+            and sub._node.load is not None
+            and _one_item(sub)
+            and resume is None
+            and not drop
+        ):
+            s.sub, s.loads = cast("Pipeline[Any]", sub), self.loads
+            s.opener = functools.partial(self.ctx.open, cast("Pipeline[Any]", sub), None, s.hook)
+            return s
+        if self.task and isinstance(sub, PipelineBase) and not _one_item(sub):
+            gen = self.ctx.open_task(cast("Pipeline[Any]", sub), resume=resume, hook=s.hook)
+        elif isinstance(sub, PipelineBase):
+            gen = self.ctx.open(cast("Pipeline[Any]", sub), resume, s.hook)
+        else:
+            gen = iterable_chunks(sub, self.ctx)
+        s.gen = skip_chunks(gen, drop) if drop else gen
+        return s
+
+    async def restore(self, st: dict[str, Any]) -> list[_Sub | None]:
+        """The slots of a resumed interleave: its input's elements up to ``entered``
+        are read again; those that were in a slot are opened where they were."""
+        saved = {int(v[0]): (i, v[1], int(v[2])) for i, v in enumerate(st["slots"]) if v}
+        slots: list[_Sub | None] = [None] * len(st["slots"])
+        for p in range(int(st["entered"])):
+            x = await anext(self.items, _END)
+            if x is _END:
+                self.ended = True
+                break
+            if p in saved:
+                i, resume, drop = saved[p]
+                slots[i] = self._open(x, resume, drop)
+            else:
+                self.pos += 1  # finished before the state was taken
+        return slots
+
+    async def aclose(self) -> None:
+        await self.items.aclose()
+
+
+_END: Any = object()
+
+
+async def _cycle(
+    inputs: _Opener, cycle_length: int, block_length: int, width: int, log: CycleLog
+) -> ChunkIter:
+    """tf.data's interleave order. With concurrency, ``width`` sub-pipelines are kept open
+    and reading: the cycle's, plus the next inputs' (they fill empty slots in order)."""
+    slots: list[_Sub | None] = [None] * cycle_length
+    early: deque[_Sub] = deque()  # opened ahead, for the next empty slots
+    cycle = block = 0
+    if log.resume is not None:
+        slots = await inputs.restore(log.resume)
+        cycle, block = int(log.resume["cycle"]), int(log.resume["block"])
+    n_open = sum(s is not None for s in slots)
+    # one-item sources read in batches are light: _LIGHT of them count as one open
+    # sub-pipeline, so that a batch of reads holds several files
+    light = sum(s is not None and s.sub is not None for s in slots)
+    out: list[Any] = []
+    t_out = 0.0
+    emitted = 0
+
+    def mark() -> None:
+        log.mark(emitted, cycle, block, inputs.pos - len(early), slots)
+
+    try:
+        mark()
+        while not inputs.ended or n_open or early:
+            while (
+                inputs.task
+                and (n_open + len(early)) * _LIGHT - light * (_LIGHT - 1) < width * _LIGHT
+                and not inputs.ended
+            ):
+                e = await inputs.next()
+                if e is not None:
+                    e.ahead()
+                    early.append(e)
+                    light += e.sub is not None
+            s = slots[cycle]
+            if s is None:
+                if early or not inputs.ended:
+                    if early:
+                        s = early.popleft()
+                    elif (s := await inputs.next()) is not None:
+                        light += s.sub is not None
+                    if s is not None:
+                        slots[cycle] = s
+                        n_open += 1
+                    continue
+                cycle, block = (cycle + 1) % cycle_length, 0
+                continue
+            if s.i >= len(s.buf):
+                if out and perf_counter() - t_out > _FLUSH_SECONDS:
+                    emitted += len(out)
+                    yield out
+                    out = []
+                    mark()
+                try:
+                    more = await s.fill()
+                except Exception:
+                    if out:  # items before an error are delivered first
+                        yield out
+                    raise
+                if not more:
+                    await s.aclose()
+                    slots[cycle] = None
+                    n_open -= 1
+                    light -= s.sub is not None
+                    cycle, block = (cycle + 1) % cycle_length, 0
+                    continue
+            k = min(block_length - block, len(s.buf) - s.i)
+            if not out:
+                t_out = perf_counter()
+            out.extend(s.buf[s.i : s.i + k])
+            s.i += k
+            s.taken += k
+            block += k
+            if block == block_length:
+                cycle, block = (cycle + 1) % cycle_length, 0
+            if len(out) >= CHUNK_MAX:
+                emitted += len(out)
+                yield out
+                out = []
+                mark()
+        if out:
+            yield out
+    finally:
+        try:
+            await _close_all((*slots, *early))
+        finally:
+            await inputs.aclose()
+
+
+async def _merge(inputs: _Opener, width: int) -> ChunkIter:
+    """Unordered: ``width`` sub-pipelines read at once; chunks as soon as any is ready."""
+
+    async def next_source() -> ChunkIter | None:
+        s = await inputs.next()
+        return None if s is None else s.gen
+
+    try:
+        async with aclosing(merge(inputs.ctx.run, next_source, width)) as merged:
+            async for chunk in merged:
+                yield chunk
+    finally:
+        await inputs.aclose()
+
+
+def interleave_node(
+    up: Pipeline[Any],
+    fn: Callable[[Any], Any],
+    cycle_length: int,
+    block_length: int,
+    concurrency: int | None,
+    ordered: bool,
+) -> Node:
+    """``interleave``: tf.data's cycle order, or completion order (``ordered=False``).
+
+    ``width`` sub-pipelines are open at once: ``cycle_length``, or ``concurrency`` when
+    larger (the next inputs' sub-pipelines, opened early); each holds a chunk at hand,
+    and with ``concurrency`` a channel of its own in a task of its own.
+    """
+    if not callable(fn):
+        raise PipelineError(f"interleave needs a callable returning a Pipeline, got {fn!r}")
+    for name, v in (("cycle_length", cycle_length), ("block_length", block_length)):
+        check_int(f"interleave: {name}", v, 1)
+    if concurrency is not None:
+        check_concurrency(concurrency)
+    width = cycle_length if concurrency in (None, AUTOTUNE) else max(cycle_length, concurrency)
+    task = concurrency is not None
+
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        opener = _Opener(inputs[0](), fn, ctx, task=task, batch=ordered)
+        if concurrency is not None and not ordered:
+            return _merge(opener, width)
+        log = CycleLog(ctx)
+        gen = _cycle(opener, cycle_length, block_length, width, log)
+        return skip_chunks(gen, log.drop) if log.drop else gen
+
+    return Node(
+        f"interleave({fn_name(fn)})",
+        build,
+        inputs=(up,),
+        card=lambda _: UNKNOWN_CARD,
+        task=task,
+        holds=width * (CHUNK_MAX + (CHANNEL_ITEMS if task else 0)),
+        key=(fn, cycle_length, block_length, concurrency, ordered),
+        resume=LOGGED if ordered else Refuse(UNORDERED),
+    )
