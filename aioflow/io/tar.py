@@ -66,6 +66,78 @@ def _key_of(name: str) -> str | None:
     return split[0] if split else None
 
 
+class _Members:
+    """The members of a tar stream, header by header; a GNU long name or a pax header
+    applies to the member after it."""
+
+    def __init__(self, buf: Buffered) -> None:
+        self.buf = buf
+        self.broken: BadInput | None = None  # a compressed stream that is cut or corrupt
+        self.problem: str | None = None  # why the archive ended early
+        self.cut: str | None = None  # the name of a member cut short
+        self.longname: str | None = None
+        self.pax: dict[str, str] = {}
+
+    async def _fill(self, n: int) -> bool:
+        try:
+            return await self.buf.fill(n)
+        except BadInput as e:
+            self.broken = e
+            return False
+
+    async def next(self) -> tuple[str, bytes] | bool:
+        """The next regular member ``(name, data)``; True for a header to pass over
+        (metadata, a directory, a link); False at the end, with ``problem`` if early."""
+        buf = self.buf
+        if not await self._fill(_BLOCK):
+            if buf.available or self.broken is not None:
+                self.problem = f"truncated tar: a {buf.available}-byte partial header"
+            return False
+        head = bytes(buf.buf[buf.pos : buf.pos + _BLOCK])
+        if head == _ZERO:
+            return False  # end-of-archive marker
+        try:
+            info = tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")
+        except tarfile.HeaderError as e:
+            self.problem = f"bad tar header ({e})"
+            return False
+        buf.skip(_BLOCK)
+        try:
+            size = int(self.pax.get("size", info.size))
+        except ValueError:
+            self.problem = f"bad size {self.pax['size']!r} in a pax header"
+            return False
+        if size < 0:  # base-256 or pax: a negative size would read backwards
+            self.problem = f"bad member size {size}"
+            return False
+        if not await self._fill(size):
+            self.cut = self.longname or self.pax.get("path") or info.name
+            self.problem = (
+                f"truncated tar: member {info.name!r} has {size} bytes,"
+                f" the file ends after {buf.available}"
+            )
+            return False
+        data = buf.take(size)
+        buf.skip(min(-(-size // _BLOCK) * _BLOCK - size, buf.available))
+        return self._apply(info, data)
+
+    def _apply(self, info: tarfile.TarInfo, data: bytes) -> tuple[str, bytes] | bool:
+        if info.type == tarfile.GNUTYPE_LONGNAME:
+            self.longname = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
+            return True
+        if info.type in _META:
+            if info.type != tarfile.XGLTYPE and info.type != tarfile.GNUTYPE_LONGLINK:
+                try:
+                    self.pax = _pax(data)
+                except ValueError as e:
+                    self.problem = f"bad pax header ({e})"
+                    return False
+            return True
+        name = self.longname or self.pax.get("path") or info.name
+        self.longname, self.pax = None, {}
+        return (name, data) if info.isreg() else True
+
+
 def read_tar(
     path: str | os.PathLike[str],
     *,
@@ -97,113 +169,65 @@ def read_tar(
 
     comp = check_compression(compression_type)
 
-    async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        out: list[dict[str, Any]] = []
-        key: str | None = None
-        sample: dict[str, Any] | None = None
-        longname: str | None = None
-        pax: dict[str, str] = {}
-        index = 0  # samples seen
-        async with open_stream(p, ctx, comp) as s:
-            buf = Buffered(s)
-            problem = None
-            broken: BadInput | None = None  # a compressed stream that is cut or corrupt
-
-            async def fill(n: int) -> bool:
-                nonlocal broken
-                try:
-                    return await buf.fill(n)
-                except BadInput as e:
-                    broken = e
-                    return False
-
-            while True:
-                at = buf.offset  # where the next header starts
-                if out and buf.available < _BLOCK:
-                    yield out  # before waiting for the next read
-                    out = []
-                if not await fill(_BLOCK):
-                    if buf.available or broken is not None:
-                        problem = f"truncated tar: a {buf.available}-byte partial header"
-                    break
-                head = bytes(buf.buf[buf.pos : buf.pos + _BLOCK])
-                if head == _ZERO:
-                    break  # end-of-archive marker
-                try:
-                    info = tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")
-                except tarfile.HeaderError as e:
-                    problem = f"bad tar header ({e})"
-                    break
-                buf.skip(_BLOCK)
-                try:
-                    size = int(pax.get("size", info.size))
-                except ValueError:
-                    problem = f"bad size {pax['size']!r} in a pax header"
-                    break
-                if size < 0:  # base-256 or pax: a negative size would read backwards
-                    problem = f"bad member size {size}"
-                    break
-                padded = -(-size // _BLOCK) * _BLOCK
-                if not await fill(size):
-                    member = longname or pax.get("path") or info.name
-                    if sample is not None and _key_of(member) != key:
-                        out.append(sample)  # the cut member starts another sample
-                        sample = None
-                    problem = (
-                        f"truncated tar: member {info.name!r} has {size} bytes,"
-                        f" the file ends after {buf.available}"
-                    )
-                    break
-                data = buf.take(size)
-                buf.skip(min(padded - size, buf.available))
-                if info.type == tarfile.GNUTYPE_LONGNAME:
-                    longname = data.rstrip(b"\0").decode("utf-8", "surrogateescape")
-                    continue
-                if info.type in _META:
-                    if info.type != tarfile.XGLTYPE and info.type != tarfile.GNUTYPE_LONGLINK:
-                        try:
-                            pax = _pax(data)
-                        except ValueError as e:
-                            problem = f"bad pax header ({e})"
-                            break
-                    continue
-                name = longname or pax.get("path") or info.name
-                longname, pax = None, {}
-                if not info.isreg():
-                    continue
-                split = split_key(name)
-                if split is None:
-                    continue
-                k, ext = split[0], split[1].lower()
-                if k != key:
-                    if sample is not None:
-                        out.append(sample)
-                        index += 1
-                        if len(out) >= CHUNK_MAX:
-                            yield out
-                            out = []
-                    key, sample = k, {"__key__": k}
-                if sample is None:
-                    continue  # the rest of a dropped sample
-                if ext in sample:
-                    err = bad_input(
-                        ctx, p, f"member {name!r} appears twice in sample {k!r}", offset=at
-                    )
-                    if out:
-                        yield out
-                        out = []
-                    if not policy.skip(err, ctx, index):
-                        raise err
-                    sample = None
-                    continue
-                sample[ext] = data
-            if problem is None and sample is not None:
-                out.append(sample)
-            if out:
-                yield out
-            if problem is not None:
-                err = broken or bad_input(ctx, p, problem, offset=at)
-                if not policy.skip(err, ctx, index):
-                    raise err
+    def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
+        return _samples(p, ctx, policy, comp)
 
     return pipeline_of(reader("read_tar", path, gen, on_error=on_error, key=(comp,)))
+
+
+async def _samples(p: str, ctx: Ctx, policy: ErrorPolicy, comp: str | None) -> ChunkIter:
+    """The samples of the tar file ``p``, in chunks (see ``read_tar``)."""
+    out: list[dict[str, Any]] = []
+    key: str | None = None
+    sample: dict[str, Any] | None = None
+    index = 0  # samples seen
+    async with open_stream(p, ctx, comp) as s:
+        tar = _Members(Buffered(s))
+        while True:
+            at = tar.buf.offset  # where the next header starts
+            if out and tar.buf.available < _BLOCK:
+                yield out  # before waiting for the next read
+                out = []
+            member = await tar.next()
+            if member is True:
+                continue
+            if member is False:
+                if tar.cut is not None and sample is not None and _key_of(tar.cut) != key:
+                    out.append(sample)  # the cut member starts another sample
+                    sample = None
+                break
+            name, data = member
+            split = split_key(name)
+            if split is None:
+                continue
+            k, ext = split[0], split[1].lower()
+            if k != key:
+                if sample is not None:
+                    out.append(sample)
+                    index += 1
+                    if len(out) >= CHUNK_MAX:
+                        yield out
+                        out = []
+                key, sample = k, {"__key__": k}
+            if sample is None:
+                continue  # the rest of a dropped sample
+            if ext in sample:
+                err = bad_input(
+                    ctx, p, f"member {name!r} appears twice in sample {k!r}", offset=at
+                )
+                if out:
+                    yield out
+                    out = []
+                if not policy.skip(err, ctx, index):
+                    raise err
+                sample = None
+                continue
+            sample[ext] = data
+        if tar.problem is None and sample is not None:
+            out.append(sample)
+        if out:
+            yield out
+        if tar.problem is not None:
+            err = tar.broken or bad_input(ctx, p, tar.problem, offset=at)
+            if not policy.skip(err, ctx, index):
+                raise err
