@@ -304,51 +304,78 @@ class _Opener:
 _END: Any = object()
 
 
+class _Ahead:
+    """The open sub-pipelines the cycle's slots don't hold: those opened early (with
+    concurrency), reading ahead, for the next empty slots in order. One-item sources read
+    in batches are light: ``_LIGHT`` of them count as one open sub-pipeline, so that a
+    batch of reads holds several files."""
+
+    __slots__ = ("early", "inputs", "light", "n_open", "width")
+
+    def __init__(self, inputs: _Opener, slots: list[_Sub | None], width: int) -> None:
+        self.inputs = inputs
+        self.width = width
+        self.early: deque[_Sub] = deque()
+        self.n_open = sum(s is not None for s in slots)  # in slots
+        self.light = sum(s is not None and s.sub is not None for s in slots)  # slots, early
+
+    def more(self) -> bool:
+        return not self.inputs.ended or bool(self.n_open or self.early)
+
+    async def fill(self) -> None:
+        """With concurrency: open the next inputs while there is room, reading ahead."""
+        inputs = self.inputs
+        while inputs.task and not inputs.ended and self._weight() < self.width * _LIGHT:
+            e = await inputs.next()
+            if e is not None:
+                e.ahead()
+                self.early.append(e)
+                self.light += e.sub is not None
+
+    def _weight(self) -> int:
+        return (self.n_open + len(self.early)) * _LIGHT - self.light * (_LIGHT - 1)
+
+    async def next(self) -> _Sub | None:
+        """For an empty slot: the oldest opened early, or the next input's (None: ended)."""
+        if self.early:
+            s: _Sub | None = self.early.popleft()
+        elif (s := await self.inputs.next()) is not None:
+            self.light += s.sub is not None
+        if s is not None:
+            self.n_open += 1
+        return s
+
+    def closed(self, s: _Sub) -> None:
+        self.n_open -= 1
+        self.light -= s.sub is not None
+
+
 async def _cycle(
     inputs: _Opener, cycle_length: int, block_length: int, width: int, log: CycleLog
 ) -> ChunkIter:
     """tf.data's interleave order. With concurrency, ``width`` sub-pipelines are kept open
     and reading: the cycle's, plus the next inputs' (they fill empty slots in order)."""
     slots: list[_Sub | None] = [None] * cycle_length
-    early: deque[_Sub] = deque()  # opened ahead, for the next empty slots
     cycle = block = 0
     if log.resume is not None:
         slots = await inputs.restore(log.resume)
         cycle, block = int(log.resume["cycle"]), int(log.resume["block"])
-    n_open = sum(s is not None for s in slots)
-    # one-item sources read in batches are light: _LIGHT of them count as one open
-    # sub-pipeline, so that a batch of reads holds several files
-    light = sum(s is not None and s.sub is not None for s in slots)
+    ahead = _Ahead(inputs, slots, width)
     out: list[Any] = []
     t_out = 0.0
     emitted = 0
 
     def mark() -> None:
-        log.mark(emitted, cycle, block, inputs.pos - len(early), slots)
+        log.mark(emitted, cycle, block, inputs.pos - len(ahead.early), slots)
 
     try:
         mark()
-        while not inputs.ended or n_open or early:
-            while (
-                inputs.task
-                and (n_open + len(early)) * _LIGHT - light * (_LIGHT - 1) < width * _LIGHT
-                and not inputs.ended
-            ):
-                e = await inputs.next()
-                if e is not None:
-                    e.ahead()
-                    early.append(e)
-                    light += e.sub is not None
+        while ahead.more():
+            await ahead.fill()
             s = slots[cycle]
             if s is None:
-                if early or not inputs.ended:
-                    if early:
-                        s = early.popleft()
-                    elif (s := await inputs.next()) is not None:
-                        light += s.sub is not None
-                    if s is not None:
-                        slots[cycle] = s
-                        n_open += 1
+                if ahead.early or not inputs.ended:
+                    slots[cycle] = await ahead.next()
                     continue
                 cycle, block = (cycle + 1) % cycle_length, 0
                 continue
@@ -367,8 +394,7 @@ async def _cycle(
                 if not more:
                     await s.aclose()
                     slots[cycle] = None
-                    n_open -= 1
-                    light -= s.sub is not None
+                    ahead.closed(s)
                     cycle, block = (cycle + 1) % cycle_length, 0
                     continue
             k = min(block_length - block, len(s.buf) - s.i)
@@ -389,7 +415,7 @@ async def _cycle(
             yield out
     finally:
         try:
-            await _close_all((*slots, *early))
+            await _close_all((*slots, *ahead.early))
         finally:
             await inputs.aclose()
 
