@@ -9,8 +9,6 @@ channel (``ctx.open_task``) and is read ahead from the moment it is opened.
 
 from __future__ import annotations
 
-import asyncio
-import builtins
 import functools
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -31,10 +29,10 @@ from ._runtime import (
     Ctx,
     Node,
     Opener,
-    Run,
     items_of,
 )
 from ._state import LOGGED, UNORDERED, Refuse
+from ._subs import Loads, Sub, close_all
 from ._tasks import aclosing
 from .errors import PipelineError, annotate
 
@@ -47,182 +45,11 @@ __all__: list[str] = []  # Pipeline.interleave
 _FLUSH_SECONDS = 0.0005
 
 
-async def _next_chunk(gen: ChunkIter) -> list[Any] | None:
-    return await anext(gen, None)
-
-
-class _Sub:
-    """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead.
-
-    A one-item source with a blocking read (``Node.load``: ``read_npy`` of a local file)
-    is not opened at all: ``loads`` runs its read in a batch with others on the run's
-    threads (one hop for several small files); if that read fails, it is opened after
-    all, and its reader raises or skips as it does anywhere.
-    """
-
-    __slots__ = (
-        "buf", "gen", "i", "loads", "next", "opener", "pos", "resume", "run", "seek", "sub",
-        "taken",
-    )  # fmt: skip
-
-    def __init__(self, gen: ChunkIter, run: Run, pos: int = 0, taken: int = 0) -> None:
-        self.gen = gen
-        self.run = run  # starts its read-ahead tasks: the run cancels what is left at close
-        self.buf: list[Any] = []
-        self.i = 0
-        self.next: asyncio.Future[list[Any] | None] | None = None
-        self.pos = pos  # of its element in the input, and items it gave (for states)
-        self.taken = taken
-        self.seek: Callable[[int], Any] | None = None
-        self.resume: Any = None  # the state it was opened with
-        self.sub: Pipeline[Any] | None = None  # a one-item source read by `loads`
-        self.loads: _Loads | None = None
-        self.opener: Callable[[], ChunkIter] | None = None  # opens `sub` if its read fails
-
-    def hook(self, fn: Callable[[int], Any]) -> None:
-        self.seek = fn
-
-    def ahead(self) -> asyncio.Future[list[Any] | None]:
-        """Start reading the next chunk now (for a task-opened one: starts its task)."""
-        if self.next is None:
-            if self.loads is not None:
-                self.next = self.loads.add(self)
-            else:
-                self.next = self.run.start(_next_chunk(self.gen), "interleave read-ahead")
-        return self.next
-
-    async def fill(self) -> bool:
-        """Take the next chunk as the one at hand; False at the end."""
-        if self.loads is not None and self.next is None:
-            self.ahead()
-        t = self.next
-        if t is None:
-            chunk = await _next_chunk(self.gen)
-        else:
-            chunk = await t
-            self.next = None  # only now: if cancelled while waiting, aclose awaits t
-        if self.loads is not None:  # its batched read: its one item, or it failed
-            self.loads = None
-            if chunk is _FAILED:  # read it as any sub-pipeline: it raises or skips there
-                assert self.opener is not None
-                self.gen = self.opener()
-                chunk = await _next_chunk(self.gen)
-            else:
-                self.gen = _no_chunks()
-        if chunk is None:
-            return False
-        self.buf, self.i = chunk, 0
-        return True
-
-    def cancel(self) -> None:
-        """Cancel the read started ahead, at once (``aclose`` then waits for it)."""
-        if self.next is not None:
-            self.next.cancel()
-
-    async def aclose(self) -> None:
-        t, self.next = self.next, None
-        if t is not None:
-            t.cancel()
-            await asyncio.wait([t])
-            if not t.cancelled():
-                t.exception()
-        if self.gen is not None:
-            await self.gen.aclose()
-
-
 #: Open one-item sources read in batches that count as one open sub-pipeline.
 _LIGHT = 8
 
-#: A batched read's result when it failed (the sub-pipeline is then opened and read).
-_FAILED: Any = object()
-
-
-async def _no_chunks() -> ChunkIter:
-    return
-    yield
-
-
-class _Loads:
-    """The blocking reads of one-item sources (``Node.load``), run in batches: all those
-    asked for before the loop goes on run in one call on the run's threads, in order."""
-
-    __slots__ = ("ctx", "meter", "pending")
-
-    def __init__(self, ctx: Ctx) -> None:
-        self.ctx = ctx
-        self.pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
-        self.meter: Any = None  # the sub-stage's meter: items counted as an opened one's
-
-    def add(self, s: _Sub) -> asyncio.Future[Any]:
-        assert s.sub is not None
-        node = s.sub._node
-        if self.meter is None:
-            self.meter = self.ctx.run.meter_for(node, self.ctx.meter)
-            self.ctx.meter.adopt(self.meter)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        if not self.pending:
-            loop.call_soon(self._flush)
-        assert node.load is not None
-        self.pending.append((node.load, fut))
-        return fut
-
-    def _flush(self) -> None:
-        batch = [(load, fut) for load, fut in self.pending if not fut.done()]
-        self.pending = []
-        if not batch or self.ctx.run.closed:
-            return
-        loop = asyncio.get_running_loop()
-        calls = loop.run_in_executor(self.ctx.run.thread_pool(), _load_all, [b[0] for b in batch])
-        calls.add_done_callback(lambda f: self._done(f, [b[1] for b in batch]))
-
-    def _done(self, calls: asyncio.Future[Any], futs: list[asyncio.Future[Any]]) -> None:
-        if calls.cancelled() or calls.exception() is not None:
-            results = [_FAILED] * len(futs)
-            seconds = 0.0
-        else:
-            results, seconds = calls.result()
-        self.meter.t_calls += seconds
-        for fut, r in builtins.zip(futs, results, strict=True):
-            if not fut.done():
-                if r is not _FAILED:
-                    self.meter.items_out += 1
-                    self.meter.chunks_out += 1
-                fut.set_result(r if r is _FAILED else [r])
-
-
-def _load_all(loads: list[Callable[[], Any]]) -> tuple[list[Any], float]:
-    t0 = perf_counter()
-    out = []
-    for load in loads:
-        try:
-            out.append(load())
-        except Exception:  # (read again as an opened sub-pipeline: it raises or skips)
-            out.append(_FAILED)
-    return out, perf_counter() - t0
-
-
-async def _close_all(subs: Sequence[_Sub | None]) -> None:
-    """Close every sub-pipeline, even when this is cancelled again on the way.
-
-    Every read-ahead is cancelled first, without waiting: a second cancellation in the
-    middle must not leave the later ones reading channels that no one will close.
-    """
-    open_subs = [s for s in subs if s is not None]
-    for s in open_subs:
-        s.cancel()
-    cancelled: BaseException | None = None
-    for s in open_subs:
-        try:
-            await s.aclose()
-        except asyncio.CancelledError as e:
-            cancelled = e
-    if cancelled is not None:
-        raise cancelled
-
-
 def _one_item(sub: PipelineBase) -> bool:
-    """A one-item source (``read_npy(path)``): the read-ahead task of its ``_Sub`` is all
+    """A one-item source (``read_npy(path)``): the read-ahead task of its ``Sub`` is all
     the concurrency it needs; a task and channel of its own would cost more than reading
     a small file."""
     node = sub._node
@@ -241,9 +68,9 @@ class _Opener:
         self.task = task
         self.pos = 0
         self.ended = False
-        self.loads = _Loads(ctx) if batch else None  # one-item sources' reads, batched
+        self.loads = Loads(ctx) if batch else None  # one-item sources' reads, batched
 
-    async def next(self) -> _Sub | None:
+    async def next(self) -> Sub | None:
         if self.ended:
             return None
         x = await anext(self.items, _END)
@@ -252,13 +79,13 @@ class _Opener:
             return None
         return self._open(x)
 
-    def _open(self, x: Any, resume: Any = None, drop: int = 0) -> _Sub:
+    def _open(self, x: Any, resume: Any = None, drop: int = 0) -> Sub:
         try:
             sub = self.fn(x)
         except Exception as e:
             raise annotate(e, self.ctx.name, self.pos) from None
         self.pos += 1
-        s = _Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
+        s = Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
         if (
             self.loads is not None
@@ -280,11 +107,11 @@ class _Opener:
         s.gen = skip_chunks(gen, drop) if drop else gen
         return s
 
-    async def restore(self, st: dict[str, Any]) -> list[_Sub | None]:
+    async def restore(self, st: dict[str, Any]) -> list[Sub | None]:
         """The slots of a resumed interleave: its input's elements up to ``entered``
         are read again; those that were in a slot are opened where they were."""
         saved = {int(v[0]): (i, v[1], int(v[2])) for i, v in enumerate(st["slots"]) if v}
-        slots: list[_Sub | None] = [None] * len(st["slots"])
+        slots: list[Sub | None] = [None] * len(st["slots"])
         for p in range(int(st["entered"])):
             x = await anext(self.items, _END)
             if x is _END:
@@ -312,10 +139,10 @@ class _Ahead:
 
     __slots__ = ("early", "inputs", "light", "n_open", "width")
 
-    def __init__(self, inputs: _Opener, slots: list[_Sub | None], width: int) -> None:
+    def __init__(self, inputs: _Opener, slots: list[Sub | None], width: int) -> None:
         self.inputs = inputs
         self.width = width
-        self.early: deque[_Sub] = deque()
+        self.early: deque[Sub] = deque()
         self.n_open = sum(s is not None for s in slots)  # in slots
         self.light = sum(s is not None and s.sub is not None for s in slots)  # slots, early
 
@@ -335,17 +162,17 @@ class _Ahead:
     def _weight(self) -> int:
         return (self.n_open + len(self.early)) * _LIGHT - self.light * (_LIGHT - 1)
 
-    async def next(self) -> _Sub | None:
+    async def next(self) -> Sub | None:
         """For an empty slot: the oldest opened early, or the next input's (None: ended)."""
         if self.early:
-            s: _Sub | None = self.early.popleft()
+            s: Sub | None = self.early.popleft()
         elif (s := await self.inputs.next()) is not None:
             self.light += s.sub is not None
         if s is not None:
             self.n_open += 1
         return s
 
-    def closed(self, s: _Sub) -> None:
+    def closed(self, s: Sub) -> None:
         self.n_open -= 1
         self.light -= s.sub is not None
 
@@ -355,7 +182,7 @@ async def _cycle(
 ) -> ChunkIter:
     """tf.data's interleave order. With concurrency, ``width`` sub-pipelines are kept open
     and reading: the cycle's, plus the next inputs' (they fill empty slots in order)."""
-    slots: list[_Sub | None] = [None] * cycle_length
+    slots: list[Sub | None] = [None] * cycle_length
     cycle = block = 0
     if log.resume is not None:
         slots = await inputs.restore(log.resume)
@@ -415,7 +242,7 @@ async def _cycle(
             yield out
     finally:
         try:
-            await _close_all((*slots, *ahead.early))
+            await close_all((*slots, *ahead.early))
         finally:
             await inputs.aclose()
 
