@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from . import _worker
 from ._check import fn_name
+from ._ship import ship
 from .errors import PipelineError
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def ship_by_value(fn: Callable[..., Any], stage: str) -> bytes:
             if mod is not None:
                 cloudpickle.register_pickle_by_value(mod)
             try:
-                return _worker.ship(fn)
+                return ship(fn)
             finally:
                 if mod is not None:
                     cloudpickle.unregister_pickle_by_value(mod)

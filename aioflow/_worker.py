@@ -40,7 +40,6 @@ from __future__ import annotations
 import array
 import contextlib
 import functools
-import io
 import linecache
 import mmap
 import os
@@ -53,7 +52,6 @@ import sys
 import threading
 import time
 import traceback
-import types
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -70,10 +68,10 @@ __all__ = [
     "decode",
     "encode",
     "header",
+    "lru_cached",
     "main",
     "pack",
     "sent",
-    "ship",
     "unpack",
 ]
 
@@ -109,42 +107,9 @@ class Failure:
         return (Failure, (self.exc, self.why))
 
 
-# -- shipping functions: by value, with their real file names -------------------------
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, but code keeps its ``co_filename`` (tracebacks name the real file)."""
-
-    def __init__(self, file: Any) -> None:
-        super().__init__(file, protocol=5)
-        self.files: set[str] = set()
-
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, functools._lru_cache_wrapper):
-            fn = obj.__wrapped__
-            if not cloudpickle.cloudpickle._should_pickle_by_reference(fn):
-                # (pickled by name it would need the user's __main__ in the worker)
-                params = obj.cache_parameters()
-                return _lru_cached, (fn, params["maxsize"], params["typed"])
-        if type(obj) is types.CodeType:
-            fn, args = cloudpickle.cloudpickle._code_reduce(obj)
-            self.files.add(obj.co_filename)
-            real = obj.co_filename
-            dyn = "<dynamic-code>"
-            return fn, tuple(real if isinstance(a, str) and a == dyn else a for a in args)
-        return super().reducer_override(obj)
-
-
-def _lru_cached(fn: Callable[..., Any], maxsize: int | None, typed: bool) -> Any:
+# -- functions shipped by value (``_ship.ship``) ----------------------------------------
+def lru_cached(fn: Callable[..., Any], maxsize: int | None, typed: bool) -> Any:
     return functools.lru_cache(maxsize, typed)(fn)
-
-
-def ship(fn: Any) -> bytes:
-    """Cloudpickle ``fn`` with its name and the source lines of files a worker lacks."""
-    buf = io.BytesIO()
-    p = _Pickler(buf)
-    p.dump(fn)
-    lines = {f: linecache.getlines(f) for f in p.files if not os.path.exists(f)}
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return pickle.dumps((buf.getvalue(), {f: v for f, v in lines.items() if v}, name), 5)
 
 
 def _load_fn(blob: bytes) -> Callable[[Any], Any]:
