@@ -32,7 +32,7 @@ __all__ = ["EXECUTOR_BATCH_SECONDS", "Calls", "make_calls", "resolve_executor"]
 
 #: A batch sent to a caller's Executor holds about this much work: long enough to make a
 #: Dask scheduler's per-task cost (~1 ms) small, short enough to spread over its workers.
-EXECUTOR_BATCH_SECONDS = 0.025
+EXECUTOR_BATCH_SECONDS = 0.05
 
 
 def resolve_executor(
