@@ -302,17 +302,13 @@ class Run:
         node = pipeline._node
         if METER:
             chan.waits = self.consumer
-        if node.task and (node.grow_to or chan.threaded):
-            # the stage keeps a channel of its own: prefetch(AUTOTUNE) grows it as its
-            # reader starves, and a thread's channel is not metered (its fill is a stat).
-            # This hop to the consumer is not a stage, and adds no waits to that stage's
+        if node.task:
+            # the last stage pumps into a channel of its own already: this hop to the
+            # consumer is not a stage, and must not add its waits to that stage's
             hop = StageMeter("output", None)
             return self.start(pump(self.open(pipeline), chan, hop, None), "output")
         mine: LaneCell = [None]
         gen, meter = self._build(node, None, mine)
-        if node.task:  # its channel is the consumer's, with its bound: no hop between them
-            meter.task = True
-            chan.bound(node.chunks, node.items)
         if not chan.threaded:
             meter.channel = chan
             if METER:
