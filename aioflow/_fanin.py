@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ._graph import Chunk, ChunkIter
-from ._tasks import aclosing
+from ._tasks import aclosing, cancel_and_wait
 
 if TYPE_CHECKING:
     from ._runtime import Run
@@ -81,21 +81,15 @@ async def merge_all(run: Run, sources: Sequence[ChunkIter]) -> ChunkIter:
 
 
 async def close_all(
-    reads: Sequence[asyncio.Task[Chunk | None]], srcs: Sequence[ChunkIter]
+    reads: Sequence[asyncio.Future[Chunk | None]], srcs: Sequence[ChunkIter]
 ) -> None:
     """Cancel every read ahead, then wait for each and close every source, even when this
     is cancelled again on the way (a source left open would keep reading a channel)."""
-    for t in reads:
-        t.cancel()
     cancelled: BaseException | None = None
-    for t in reads:
-        try:
-            await asyncio.wait([t])
-        except asyncio.CancelledError as e:
-            cancelled = e
-    for t in reads:
-        if t.done() and not t.cancelled():
-            t.exception()
+    try:
+        await cancel_and_wait(reads, finish=True)
+    except asyncio.CancelledError as e:
+        cancelled = e
     for src in srcs:
         try:
             await src.aclose()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from . import _fanin
 from ._runtime import ChunkIter, Ctx, Run
 
 if TYPE_CHECKING:
@@ -177,19 +178,10 @@ def _load_all(loads: list[Callable[[], Any]]) -> tuple[list[Any], float]:
 
 
 async def close_all(subs: Sequence[Sub | None]) -> None:
-    """Close every sub-pipeline, even when this is cancelled again on the way.
-
-    Every read-ahead is cancelled first, without waiting: a second cancellation in the
-    middle must not leave the later ones reading channels that no one will close.
-    """
+    """Close every sub-pipeline (``_fanin.close_all``: every read ahead cancelled first,
+    then waited for, then every source closed, even when this is cancelled on the way)."""
     open_subs = [s for s in subs if s is not None]
+    reads = [s.next for s in open_subs if s.next is not None]
     for s in open_subs:
-        s.cancel()
-    cancelled: BaseException | None = None
-    for s in open_subs:
-        try:
-            await s.aclose()
-        except asyncio.CancelledError as e:
-            cancelled = e
-    if cancelled is not None:
-        raise cancelled
+        s.next = None
+    await _fanin.close_all(reads, [s.gen for s in open_subs if s.gen is not None])

@@ -40,25 +40,32 @@ def cancelling() -> bool:
     return task is None or task.cancelling() > 0
 
 
-async def cancel_and_wait(futs: Iterable[asyncio.Future[Any]]) -> None:
+async def cancel_and_wait(futs: Iterable[asyncio.Future[Any]], *, finish: bool = False) -> None:
     """Cancel every task or future of ``futs``, wait for all to end, retrieve their errors.
 
     If the caller is cancelled while it waits, they are cancelled once more and the
-    ``CancelledError`` goes on (the run's own close awaits whatever is left).
+    ``CancelledError`` goes on (the run's own close awaits whatever is left); with
+    ``finish``, it goes on only once all of them ended (a closing path that must not
+    leave one running, whatever cancels it on the way).
     """
     futs = list(futs)
     for f in futs:
         f.cancel()
-    pending = [f for f in futs if not f.done()]
+    cancelled: asyncio.CancelledError | None = None
     try:
-        if pending:
-            await asyncio.wait(pending)
-    except asyncio.CancelledError:
-        for f in pending:
-            f.cancel()
-        raise
+        while pending := [f for f in futs if not f.done()]:
+            try:
+                await asyncio.wait(pending)
+            except asyncio.CancelledError as e:
+                if not finish:
+                    for f in pending:
+                        f.cancel()
+                    raise
+                cancelled = e  # (their cleanup is let run: they are cancelled already)
     finally:
         retrieve(futs)
+    if cancelled is not None:
+        raise cancelled
 
 
 def retrieve(futs: Iterable[asyncio.Future[Any]]) -> None:

@@ -17,7 +17,7 @@ N="${1:-8}"
 SEED="${2:-0}"
 shift $(($# < 2 ? $# : 2))
 MODULES=("$@")
-[ ${#MODULES[@]} -gt 0 ] || MODULES=(_runtime _calls ordering combine cache)
+[ ${#MODULES[@]} -gt 0 ] || MODULES=(_runtime _calls ordering combine interleave cache)
 OUT="${OUT:-$ROOT/mutants.txt}"
 "$PY" -c "import cosmic_ray" 2>/dev/null || {
   echo "needs cosmic-ray: .venv/bin/python -m pip install -c scripts/constraints.txt -e '.[mutation]'" >&2
@@ -27,9 +27,10 @@ OUT="${OUT:-$ROOT/mutants.txt}"
 # the test files that exercise each module (the whole suite would take minutes per mutant)
 declare -A TESTS=(
   [_runtime]="test_runtime.py test_pipeline.py"
-  [_calls]="test_parallel.py"
+  [_calls]="test_calls.py test_procs.py"
   [ordering]="test_ordering.py"
-  [combine]="test_combine.py test_interleave.py test_combine_sampling.py"
+  [combine]="test_combine.py test_combine_sampling.py"
+  [interleave]="test_interleave.py test_io_npy.py"
   [cache]="test_cache.py"
 )
 

@@ -20,3 +20,24 @@ async def test_cancel_and_wait_for_failed_and_cancelled_tasks_retrieves_their_er
     await cancel_and_wait([failed])  # neither raises
     await cancel_and_wait([cancelled])
     assert failed._log_traceback is False  # retrieved: no "exception was never retrieved"
+
+
+async def test_cancel_and_wait_to_the_finish_waits_for_all_through_a_cancellation():
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await release.wait()  # its cleanup takes a while
+
+    t = asyncio.ensure_future(stubborn())
+    await asyncio.sleep(0)
+    closer = asyncio.ensure_future(cancel_and_wait([t], finish=True))
+    await asyncio.sleep(0.01)
+    closer.cancel()  # the closer is cancelled while it waits: it goes on waiting
+    await asyncio.sleep(0.01)
+    assert not closer.done()
+    release.set()
+    await asyncio.wait([closer])
+    assert t.cancelled() and closer.cancelled()

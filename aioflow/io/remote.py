@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import inspect
-import weakref
 from typing import TYPE_CHECKING, Any
 
-from .._runtime import Ctx, Run
+from .._runtime import Ctx
 
 if TYPE_CHECKING:
     from ._streams import ByteStream
@@ -23,10 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["glob_url", "open_url"]
 
 _INSTALL = "reading URLs needs fsspec: pip install 'aioflow[remote]'"
-
-# one file system per protocol per run (a run may read thousands of files)
-_per_run: weakref.WeakKeyDictionary[Run, dict[str, Any]] = weakref.WeakKeyDictionary()
-
 
 def _fsspec() -> Any:
     try:
@@ -53,7 +48,8 @@ def glob_url(pattern: str) -> list[str]:
 
 async def _filesystem(url: str, ctx: Ctx) -> Any:
     protocol = protocol_of(url)
-    mine = _per_run.setdefault(ctx.run, {})
+    # one file system per protocol per run (a run may read thousands of files)
+    mine: dict[str, Any] = ctx.run.per_run("remote file systems", dict)
     fs = mine.get(protocol)
     if fs is None:
         cls = _fsspec().get_filesystem_class(protocol)

@@ -1,0 +1,35 @@
+"""The Run: it starts every task, keeps per-run state, and closes all of it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aioflow._runtime import Run
+
+
+async def test_a_run_keeps_the_tasks_it_starts_and_its_close_cancels_and_awaits_them():
+    run = Run()
+    task = run.start(asyncio.sleep(60), "sleeper")
+    assert task in run.tasks and task.get_name() == "aioflow:sleeper"
+    await run.aclose()
+    assert task.cancelled() and not run.tasks
+
+
+async def test_a_closing_task_is_kept_until_done_and_never_cancelled_by_the_run():
+    run = Run()
+    release = asyncio.Event()
+    closer = run.start(release.wait(), "close", cancel=False)
+    assert closer not in run.tasks
+    run.cancel()
+    await run.aclose()
+    assert not closer.done()
+    release.set()
+    assert await closer is True
+
+
+async def test_per_run_state_is_made_once_per_run():
+    run, other = Run(), Run()
+    a = run.per_run("k", dict)
+    assert run.per_run("k", dict) is a and other.per_run("k", dict) is not a
+    await run.aclose()
+    await other.aclose()
