@@ -42,11 +42,18 @@ async def checkpointer(
     queue: asyncio.Queue[str | None],
     directory: str,
     every: float,
+    stop: asyncio.Event,
 ) -> None:
-    """Save the model every ``every`` seconds; the write itself happens in a thread."""
+    """Save the model every ``every`` seconds until ``stop`` is set; the write itself
+    happens in a thread. Stopping waits for a save under way, which is then logged (a
+    cancelled save would go on in its thread, unlogged)."""
     k = 0
     while True:
-        await asyncio.sleep(every)
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+            return
+        except TimeoutError:
+            pass
         async with lock:  # between two steps: a consistent snapshot
             state = {name: t.detach().clone() for name, t in model.state_dict().items()}
         path = os.path.join(directory, f"ckpt_{k:03d}.pt")
@@ -75,7 +82,8 @@ async def train(
     losses = []
     async with asyncio.TaskGroup() as tg:
         tg.create_task(logger(queue, lines, quiet))
-        saver = tg.create_task(checkpointer(model, lock, queue, directory, every))
+        stop = asyncio.Event()
+        saver = tg.create_task(checkpointer(model, lock, queue, directory, every, stop))
         for epoch in range(epochs):
             t0, total, n = time.perf_counter(), 0.0, 0
             async for batch in pipeline:  # runs on this loop, beside the other tasks
@@ -86,7 +94,8 @@ async def train(
             losses.append(total / n)
             dt = time.perf_counter() - t0
             await queue.put(f"epoch {epoch}: loss {losses[-1]:.4f} ({n / dt:,.0f} samples/s)")
-        saver.cancel()
+        stop.set()
+        await saver
         torch.save(model.state_dict(), os.path.join(directory, "final.pt"))
         await queue.put("saved final.pt")
         await queue.put(None)
