@@ -100,6 +100,11 @@ class Channel:
         self.discard()
         self._wake_putter()
 
+    def bound(self, max_chunks: int, max_items: int) -> None:
+        """Take the bound of the stage that feeds it (before the first put)."""
+        self.max_chunks = max(1, max_chunks)
+        self.max_items = max(1, max_items)
+
     def grow(self, limit: int) -> None:
         """Double the bound, up to ``limit`` items (``prefetch(AUTOTUNE)``)."""
         self.max_items = min(limit, 2 * self.max_items)

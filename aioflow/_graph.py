@@ -113,6 +113,9 @@ class Node:
     # a one-item source's blocking read of its item (a local file's): a fan-in may run it
     # in a batch on the run's threads instead of opening the node (a failure: it opens it)
     load: Callable[[], Any] | None = field(default=None, compare=False)
+    # its channel is a buffer the user sized (prefetch(n)): last in a run read by an async
+    # consumer, it is the consumer's channel (no hop between them)
+    buffer: bool = False
 
 
 def graph_nodes(root: Described) -> list[Node]:

@@ -302,13 +302,18 @@ class Run:
         node = pipeline._node
         if METER:
             chan.waits = self.consumer
-        if node.task:
+        if node.task and not (node.buffer and not chan.threaded):
             # the last stage pumps into a channel of its own already: this hop to the
-            # consumer is not a stage, and must not add its waits to that stage's
+            # consumer is not a stage, and must not add its waits to that stage's (a
+            # thread's channel is not metered; a concurrent map's read-ahead is its channel
+            # and the consumer's)
             hop = StageMeter("output", None)
             return self.start(pump(self.open(pipeline), chan, hop, None), "output")
         mine: LaneCell = [None]
         gen, meter = self._build(node, None, mine)
+        if node.task:  # prefetch(n): its channel is the consumer's, with its bound
+            meter.task = True
+            chan.bound(node.chunks, node.items)
         if not chan.threaded:
             meter.channel = chan
             if METER:

@@ -166,6 +166,7 @@ def prefetch_node(up: Pipeline[Any], n: int) -> Node | None:
         chunks=1 if auto else size,
         items=most,
         grow_to=size if auto else 0,
+        buffer=not auto,
         key=(n,),
         resume=one_to_one,
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import aioflow as af
+from aioflow._channel import Channel
 from aioflow._runtime import Run
 
 
@@ -33,3 +35,29 @@ async def test_per_run_state_is_made_once_per_run():
     assert run.per_run("k", dict) is a and other.per_run("k", dict) is not a
     await run.aclose()
     await other.aclose()
+
+
+async def test_prefetch_last_in_a_run_is_the_consumers_channel_with_its_bound():
+    p = af.range(10).prefetch(3)
+    run = Run(p)
+    chan = Channel()
+    run.start_output(p, chan)
+    out = []
+    while (chunk := await chan.get()) is not None:
+        out.extend(chunk)
+    assert out == list(range(10)) and (chan.max_chunks, chan.max_items) == (3, 3)
+    assert run.meters[id(p._node)].channel is chan  # no hop: its channel is the consumer's
+    await run.aclose()
+
+
+async def test_a_concurrent_map_last_in_a_run_keeps_its_own_channel_and_the_hop():
+    # (its read-ahead is its channel plus the consumer's: a last map must not lose it)
+    p = af.range(10).map(lambda x: x, executor="thread", concurrency=2)
+    run = Run(p)
+    chan = Channel()
+    run.start_output(p, chan)
+    out = []
+    while (chunk := await chan.get()) is not None:
+        out.extend(chunk)
+    assert out == list(range(10)) and run.meters[id(p._node)].channel is not chan
+    await run.aclose()
