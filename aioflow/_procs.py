@@ -68,7 +68,7 @@ def run_process_pool(
         config = (workers, timeout, ordered)
         pool = checkout(ctx.node, config)
         if pool is None:
-            pool = ProcessPool(workers, timeout, queued=ordered)
+            pool = ProcessPool(workers, timeout, queued=ordered, holds=ctx.node.holds)
             track(pool)
         pool.node = weakref.ref(ctx.node)
         pool.attach(ctx.name, ctx.meter)
@@ -81,7 +81,9 @@ def run_process_pool(
 class ProcessPool:
     """Worker processes of one stage, fed batches of items from the loop of a run."""
 
-    def __init__(self, workers: int, timeout: float | None, *, queued: bool = True) -> None:
+    def __init__(
+        self, workers: int, timeout: float | None, *, queued: bool = True, holds: int = CHUNK_MAX
+    ) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None  # the run's, while attached
         self.stage = ""
         self.config = (workers, timeout, queued)
@@ -89,8 +91,8 @@ class ProcessPool:
         self.depth = 2 if queued and timeout is None else 1  # batches sent per worker
         self.slots = workers * self.depth  # batches in flight the stage may start
         # the stage holds up to 2 x slots batches (see concurrent_map): keep their items
-        # within what ``map`` declares it holds, concurrency + CHUNK_MAX
-        self.max_batch = max(1, (workers + CHUNK_MAX) // (2 * self.slots))
+        # within what its node declares it holds (``holds``: map's, 2 x workers + CHUNK_MAX)
+        self.max_batch = max(1, holds // (2 * self.slots))
         self.workers: list[Worker] = []
         self.graveyard: list[subprocess.Popen[bytes]] = []  # dead or killed, to reap
         self.pending: deque[Batch] = deque()

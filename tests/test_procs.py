@@ -321,3 +321,15 @@ def test_a_fresh_pool_spreads_its_first_calls_over_workers_that_are_still_starti
     for _ in range(3):
         with af.from_iterable([0, 1]).map(_slow_pid, executor="process", concurrency=2) as p:
             assert len(set(p.to_list())) == 2
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_process_maps_batches_in_flight_hold_no_more_than_its_node_declares(no_leaks, workers):
+    from aioflow import _pool_life
+
+    with af.range(50).map(abs, executor="process", concurrency=workers) as p:
+        assert p.to_list() == list(range(50))
+        pool = _pool_life._idle[p._node]  # the stage's pool, warm for its next run
+        # the stage starts up to 2 x slots batches (see concurrent_map), each of max_batch
+        assert 2 * pool.slots * pool.max_batch <= p._node.holds
+        assert pool.max_batch > 1
