@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._check import check_int, is_int
 from ._logs import chunkwise
+from ._policy import each
 from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
 from ._state import LOGGED, per_batch
 from .collate import default_collate, keep_list, pad_collate, resolve_collate, split_rows
@@ -69,24 +70,19 @@ def _batches(size: int, drop_remainder: bool, fn: Callable[[Sequence[Any]], Any]
                     if buf is chunk:
                         buf = list(chunk)  # chunks are not ours to grow
                     continue
-                out = []
                 end = len(buf) - len(buf) % size
-                try:
-                    for i in range(0, end, size):
-                        out.append(fn(buf[i : i + size]))
-                        nb += 1
-                except Exception as e:
-                    if out:
-                        yield out
-                    raise annotate(e, ctx.name, nb) from None
+                out, err = each(fn, [buf[i : i + size] for i in range(0, end, size)], ctx.name, nb)
+                nb += len(out)
                 buf = buf[end:]
-                yield out
+                if out:
+                    yield out  # the batches before a failure are delivered first
+                if err is not None:
+                    raise err
             if buf and not drop_remainder:
-                try:
-                    last = fn(buf)
-                except Exception as e:
-                    raise annotate(e, ctx.name, nb) from None
-                yield [last]
+                out, err = each(fn, [buf], ctx.name, nb)
+                if err is not None:
+                    raise err
+                yield out
 
     return lambda ctx, inputs: batch(inputs[0](), ctx)
 

@@ -122,3 +122,21 @@ def test_a_user_stop_iteration_in_a_callers_executor_batch_is_an_error():
             list(it)
     assert "StopIteration" in str(info.value)
     assert any("700" in n for n in info.value.__notes__) or "700" in str(info.value)
+
+
+def _collate_stopping_at_700(batch):
+    return [_stop_at_700(x) for x in batch]
+
+
+@pytest.mark.parametrize("size", [10, 7])  # a last short batch (7) goes through the same
+def test_a_user_stop_iteration_in_a_batch_collate_is_an_error_after_the_batches_before(size):
+    seen = []
+    p = af.range(1000).batch(size, collate=_collate_stopping_at_700)
+    with p.iter(timeout=DEADLINE) as it, pytest.raises(af.StageError) as info:
+        for b in it:
+            seen.extend(b)
+    assert "StopIteration" in str(info.value)
+    assert seen == list(range(700 // size * size))  # every batch before the failing one
+    p = af.range(701).batch(1000, collate=_collate_stopping_at_700)  # the remainder only
+    with p.iter(timeout=DEADLINE) as it, pytest.raises(af.StageError):
+        list(it)
