@@ -18,7 +18,7 @@ from ._policy import each
 from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
 from ._state import LOGGED, per_batch
 from .collate import default_collate, keep_list, pad_collate, resolve_collate, split_rows
-from .errors import PipelineError, annotate
+from .errors import PipelineError, annotate, control_flow_error
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -271,7 +271,7 @@ def bucket_by_length_node(
                     except Exception as e:
                         if out:
                             yield out
-                        raise annotate(e, ctx.name, pos) from None
+                        raise control_flow_error(e, ctx.name, pos) from None
                     pos += 1
                 if out:
                     yield out
@@ -280,7 +280,7 @@ def bucket_by_length_node(
                 try:
                     last = collate(items)
                 except Exception as e:
-                    raise annotate(e, ctx.name, nb) from None
+                    raise control_flow_error(e, ctx.name, nb) from None
                 nb += 1
                 yield [last]
 

@@ -34,7 +34,7 @@ from ._runtime import (
 from ._state import LOGGED, UNORDERED, Refuse
 from ._subs import Loads, Sub, close_all
 from ._tasks import aclosing
-from .errors import PipelineError, annotate
+from .errors import PipelineError, control_flow_error
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -83,7 +83,7 @@ class _Opener:
         try:
             sub = self.fn(x)
         except Exception as e:
-            raise annotate(e, self.ctx.name, self.pos) from None
+            raise control_flow_error(e, self.ctx.name, self.pos) from None
         self.pos += 1
         s = Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume

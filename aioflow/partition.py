@@ -19,7 +19,7 @@ from ._ctx import Ctx
 from ._fanin import merge_all
 from ._graph import CHANNEL_ITEMS, ChunkIter, Node, Opener
 from ._tasks import aclosing, cancel_and_wait
-from .errors import PipelineError, annotate
+from .errors import PipelineError, control_flow_error
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -96,7 +96,7 @@ async def _route(
                         k = key(x)
                         i = _stable_hash(k) % n
                     except Exception as e:
-                        error = annotate(e, ctx.name, pos)
+                        error = control_flow_error(e, ctx.name, pos)
                         break
                     parts[i].append(x)
                     pos += 1
@@ -132,7 +132,7 @@ def build_partition_by(
             try:
                 sub = fn(_feed(chan, i))
             except Exception as e:
-                raise annotate(e, ctx.name) from None
+                raise control_flow_error(e, ctx.name) from None
             if not isinstance(sub, PipelineBase):
                 raise PipelineError(
                     f"partition_by: fn returned {type(sub).__name__}, not a Pipeline"

@@ -19,7 +19,7 @@ from ._chunks import skip_chunks
 from ._logs import ChunkLog
 from ._runtime import INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, aclosing
 from ._state import LOGGED
-from .errors import PipelineError, annotate
+from .errors import PipelineError, control_flow_error
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -144,7 +144,7 @@ def _classes_of(
             if not 0 <= c < k:
                 raise PipelineError(f"{ctx.name}: class {c} is outside target_dist's {k} classes")
         except Exception as e:
-            return classes, annotate(e, ctx.name, pos + len(classes))
+            return classes, control_flow_error(e, ctx.name, pos + len(classes))
         classes.append(int(c))
     return classes, None
 

@@ -93,6 +93,16 @@ STOPPING = {
     "flat_map": lambda: af.range(1000).flat_map(lambda x: [_stop_at_700(x)]),
     "scan": lambda: af.range(1000).scan(0, lambda s, x: (s, _stop_at_700(x))),
     "group_by": lambda: af.range(1000).group_by(_stop_at_700, size=3),
+    "bucket_by_length": lambda: af.range(1000).bucket_by_length(_stop_at_700, [500], [4, 4]),
+    "rejection_resample": lambda: af.range(1000).rejection_resample(
+        lambda x: _stop_at_700(x) % 2, [0.5, 0.5], seed=0
+    ),
+    "partition_by-key": lambda: af.range(1000).partition_by(
+        lambda x: _stop_at_700(x) % 2, 2, lambda p: p
+    ),
+    "interleave-fn": lambda: af.range(1000).interleave(
+        lambda x: af.from_iterable([_stop_at_700(x)]), cycle_length=2
+    ),
 }
 
 
