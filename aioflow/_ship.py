@@ -14,8 +14,6 @@ from typing import Any
 
 import cloudpickle
 
-from ._worker import lru_cached
-
 __all__ = ["ship"]
 
 
@@ -30,9 +28,11 @@ class _Pickler(cloudpickle.Pickler):
         if isinstance(obj, functools._lru_cache_wrapper):
             fn = obj.__wrapped__
             if not cloudpickle.cloudpickle._should_pickle_by_reference(fn):
-                # (pickled by name it would need the user's __main__ in the worker)
+                # (pickled by name it would need the user's __main__ in the worker; made
+                # with functools' own type, so that no aioflow module is named in it)
                 params = obj.cache_parameters()
-                return lru_cached, (fn, params["maxsize"], params["typed"])
+                args = (fn, params["maxsize"], params["typed"], functools._CacheInfo)
+                return functools._lru_cache_wrapper, args
         if type(obj) is types.CodeType:
             fn, args = cloudpickle.cloudpickle._code_reduce(obj)
             self.files.add(obj.co_filename)

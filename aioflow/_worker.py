@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import functools
 import linecache
 import mmap
 import os
@@ -68,7 +67,6 @@ __all__ = [
     "decode",
     "encode",
     "header",
-    "lru_cached",
     "main",
     "pack",
     "sent",
@@ -108,10 +106,6 @@ class Failure:
 
 
 # -- functions shipped by value (``_ship.ship``) ----------------------------------------
-def lru_cached(fn: Callable[..., Any], maxsize: int | None, typed: bool) -> Any:
-    return functools.lru_cache(maxsize, typed)(fn)
-
-
 def _load_fn(blob: bytes) -> Callable[[Any], Any]:
     data, lines, _ = pickle.loads(blob)
     for f, v in lines.items():  # a notebook cell's source: tracebacks show its lines

@@ -343,3 +343,20 @@ def test_a_worker_traceback_shows_the_real_file_and_line():
     assert "raise KeyError(x)  # the line the traceback must show" in remote
     assert "<dynamic-code>" not in remote
     p.close()
+
+
+def test_a_shipped_lru_cache_leaves_the_aioflow_package_out_of_the_worker(no_leaks):
+    # a worker loads _worker.py alone: unpickling an lru_cache must not import the whole
+    # package there (0.3-0.4 s more of a worker's start)
+    ns: dict[str, object] = {"__name__": "__main__"}  # (shipped by value, as a script's)
+    exec(
+        "import functools, sys\n"
+        "@functools.lru_cache(None)\n"
+        "def zero():\n"
+        "    return 0\n"
+        "def loaded(x):\n"
+        "    return zero() + ('aioflow' in sys.modules)\n",
+        ns,
+    )
+    with af.range(3).map(ns["loaded"], executor="process", concurrency=1) as p:  # type: ignore[arg-type]
+        assert p.to_list() == [0, 0, 0]
