@@ -9,8 +9,8 @@ import pytest
 # module of the package -> the library its doctests need
 _NEEDS = {
     "aioflow/integrations/torch.py": "torch",
-    "aioflow/pipeline.py::pin_memory": "torch",
-    "aioflow/pipeline.py::distribute": "distributed",
+    "aioflow/_group_methods.py::pin_memory": "torch",
+    "aioflow/_group_methods.py::distribute": "distributed",
 }
 
 
