@@ -37,14 +37,20 @@ async def test_per_run_state_is_made_once_per_run():
     await other.aclose()
 
 
-async def test_prefetch_last_in_a_run_is_the_consumers_channel_with_its_bound():
-    p = af.range(10).prefetch(3)
+async def _run_into_a_channel(p: af.Pipeline[int]) -> tuple[Run, Channel, list[int]]:
+    """Run ``p`` into a consumer's channel as ``async for`` does; what came out."""
     run = Run(p)
     chan = Channel()
     run.start_output(p, chan)
     out = []
     while (chunk := await chan.get()) is not None:
         out.extend(chunk)
+    return run, chan, out
+
+
+async def test_prefetch_last_in_a_run_is_the_consumers_channel_with_its_bound():
+    p = af.range(10).prefetch(3)
+    run, chan, out = await _run_into_a_channel(p)
     assert out == list(range(10)) and (chan.max_chunks, chan.max_items) == (3, 3)
     assert run.meters[id(p._node)].channel is chan  # no hop: its channel is the consumer's
     await run.aclose()
@@ -53,11 +59,6 @@ async def test_prefetch_last_in_a_run_is_the_consumers_channel_with_its_bound():
 async def test_a_concurrent_map_last_in_a_run_keeps_its_own_channel_and_the_hop():
     # (its read-ahead is its channel plus the consumer's: a last map must not lose it)
     p = af.range(10).map(lambda x: x, executor="thread", concurrency=2)
-    run = Run(p)
-    chan = Channel()
-    run.start_output(p, chan)
-    out = []
-    while (chunk := await chan.get()) is not None:
-        out.extend(chunk)
+    run, chan, out = await _run_into_a_channel(p)
     assert out == list(range(10)) and run.meters[id(p._node)].channel is not chan
     await run.aclose()
