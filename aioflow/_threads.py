@@ -84,7 +84,12 @@ class DaemonPool(ThreadPoolExecutor):
                     daemon=True,
                 )
                 self._busy[t] = None
-                t.start()
+                try:
+                    t.start()
+                except BaseException:  # Python refuses new threads while it exits
+                    del self._busy[t]
+                    f.cancel()  # queued, but this caller never gets the future: no one runs it
+                    raise
         return f
 
     def _work(self) -> None:
