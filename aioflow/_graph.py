@@ -116,6 +116,9 @@ class Node:
     # its channel is a buffer the user sized (prefetch(n)): last in a run read by an async
     # consumer, it is the consumer's channel (no hop between them)
     buffer: bool = False
+    # a process map's pool, started when a run of its pipeline starts (``_procs.prestart``):
+    # (fn, workers, timeout, ordered)
+    pool: tuple[Any, int, float | None, bool] | None = field(default=None, compare=False)
 
 
 def graph_nodes(root: Described) -> list[Node]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ._channel import Channel, ThreadChannel
 from ._engine import Engine
 from ._graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from ._procs import prestart
 from ._runtime import Run
 from ._state import check_state, make_state, next_opens, refuse_inexact, take_nodes
 from .errors import NextTimeout, PipelineError
@@ -142,6 +143,7 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
 
     def _start(self) -> Channel:
         loop = asyncio.get_running_loop()
+        prestart(self._pipeline)  # process workers boot while the run starts
         run = self._run = self._new_run()
         chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS)
         pipeline = self._pipeline
@@ -305,6 +307,7 @@ class PipelineIterator(_Resumable, Generic[T]):
             raise StopIteration
         chan = self._chan
         if chan is None:
+            prestart(self._pipeline)  # process workers boot while the run starts
             pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
             # no reference back to this iterator: its finalizer must be able to run
             self._engine = Engine(

@@ -36,7 +36,15 @@ if TYPE_CHECKING:
     from ._graph import Described, Node
     from ._procs import ProcessPool
 
-__all__ = ["checkout", "close_nodes_pools", "release", "ship_by_value", "track"]
+__all__ = [
+    "checkout",
+    "close_nodes_pools",
+    "park",
+    "release",
+    "ship_by_value",
+    "track",
+    "wants_pool",
+]
 
 _lock = threading.Lock()
 _idle: weakref.WeakKeyDictionary[Node, ProcessPool] = weakref.WeakKeyDictionary()
@@ -67,16 +75,30 @@ def track(pool: ProcessPool) -> None:
 async def release(pool: ProcessPool) -> None:
     """At the end of a run: detach the pool, and keep it warm for its node or close it."""
     await pool.release()
+    if not park(pool):
+        with _lock:
+            _live.discard(pool)
+        await pool.aclose()
+
+
+def park(pool: ProcessPool) -> bool:
+    """Keep ``pool`` warm and idle for its node; False if it cannot be (close it then)."""
     node = pool.node() if pool.node is not None else None
     if node is not None and not _exiting and pool.healthy():
         with _lock:
             if node not in _idle:
                 _idle[node] = pool
                 pool.finalizer = weakref.finalize(node, _close_idle, weakref.ref(pool))
-                return
+                return True
+    return False
+
+
+def wants_pool(node: Node) -> bool:
+    """Whether ``node`` has neither an idle pool nor one in use (a run may start one)."""
     with _lock:
-        _live.discard(pool)
-    await pool.aclose()
+        if node in _idle:
+            return False
+        return not any(p.node is not None and p.node() is node for p in _live)
 
 
 def _close_idle(ref: weakref.ref[ProcessPool]) -> None:

@@ -28,6 +28,7 @@ or another run of the node already returned a pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -41,15 +42,15 @@ from typing import Any
 
 from . import _worker
 from ._ctx import Ctx
-from ._graph import CHUNK_MAX
+from ._graph import CHUNK_MAX, Described, graph_nodes
 from ._meters import StageMeter
 from ._pool_batch import Batch, one_by_one, results
-from ._pool_life import checkout, release, ship_by_value, track
+from ._pool_life import checkout, park, release, ship_by_value, track, wants_pool
 from ._pool_wire import Worker
 from ._timeouts import arm
-from .errors import WorkerDied
+from .errors import PipelineError, WorkerDied
 
-__all__ = ["TASK_SECONDS", "ProcessPool", "run_process_pool"]
+__all__ = ["TASK_SECONDS", "ProcessPool", "prestart", "run_process_pool"]
 
 #: A batch of items sent to a worker should take about this long to compute.
 TASK_SECONDS = 0.01
@@ -75,6 +76,27 @@ def run_process_pool(
         pools[key] = pool
         ctx.run.resources.append(partial(release, pool))
     return pool
+
+
+def prestart(root: Described) -> None:
+    """Start the pools of ``root``'s process maps that have none, as its run starts.
+
+    Called in the consumer's thread before the run is built: workers boot, and load the
+    function, while the run starts. Each pool waits idle on its node, where its stage
+    checks it out (a pool that no stage takes stays warm, as after an epoch).
+    """
+    for node in graph_nodes(root):
+        if node.pool is None or not wants_pool(node):
+            continue
+        fn, workers, timeout, ordered = node.pool
+        pool = ProcessPool(workers, timeout, queued=ordered, holds=node.holds)
+        track(pool)
+        pool.node = weakref.ref(node)
+        pool.stage = node.name
+        with contextlib.suppress(PipelineError):  # (the run's stage raises it)
+            pool.preload(fn)
+        if not park(pool):
+            pool.close_now()
 
 
 # -- the pool -------------------------------------------------------------------------
@@ -158,6 +180,14 @@ class ProcessPool:
                 return i
         self.fns.append((fn, ship_by_value(fn, self.stage)))
         return len(self.fns) - 1
+
+    def preload(self, fn: Callable[..., Any]) -> None:
+        """Send ``fn`` to every worker now, ahead of the first batch that needs it."""
+        fn_id = self.register(fn)
+        for w in self.workers:
+            if fn_id not in w.fns:
+                w.post(("fn", fn_id, self.fns[fn_id][1]), [])
+                w.fns.add(fn_id)
 
     def batch_size(self) -> int:
         """How many items the next batch should carry (1 until a call has been timed)."""

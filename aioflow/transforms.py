@@ -93,6 +93,7 @@ def map_node(
         holds=2 * slots + CHUNK_MAX,
         key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
         resume=resume,
+        pool=(fn, slots, timeout, ordered) if executor == "process" else None,
     )
 
 

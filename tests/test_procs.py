@@ -333,3 +333,62 @@ def test_a_process_maps_batches_in_flight_hold_no_more_than_its_node_declares(no
         # the stage starts up to 2 x slots batches (see concurrent_map), each of max_batch
         assert 2 * pool.slots * pool.max_batch <= p._node.holds
         assert pool.max_batch > 1
+
+
+class _Marked:
+    """Callable whose unpickling (in a worker) creates a file: the function was loaded."""
+
+    def __init__(self, marker: str, delay: float = 0.0) -> None:
+        self.marker = marker
+        self.delay = delay
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        if os.getpid() != self.__dict__.get("parent"):
+            time.sleep(self.delay)
+            with open(self.marker, "a") as f:
+                f.write(f"{os.getpid()}\n")
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "parent": os.getpid()}
+
+    def __call__(self, x: int) -> int:
+        return x
+
+
+def test_workers_start_and_load_the_function_as_the_run_starts(no_leaks, tmp_path):
+    # The source gives its first item only once every worker has loaded the function:
+    # workers boot (and import what the function needs) while the run starts, not after
+    # the first items reached the stage.
+    marker = tmp_path / "loaded"
+
+    def loaded() -> list[str]:
+        return marker.read_text().split() if marker.exists() else []
+
+    def source():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if len(loaded()) == 2:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the workers did not load the function before any item")
+        yield from range(10)
+
+    fn = _Marked(str(marker))
+    with af.from_iterable(source()).map(fn, executor="process", concurrency=2) as p:
+        assert p.to_list() == list(range(10))
+        assert len(set(loaded())) == 2  # once per worker, not per task
+
+
+def test_loading_the_function_is_not_counted_as_the_items_busy_time(
+    no_leaks, tmp_path, monkeypatch
+):
+    # (the function goes with the first batch, as for a pool the run starts itself)
+    monkeypatch.setattr(af._iterators, "prestart", lambda pipeline: None, raising=False)
+    p = af.range(4).map(_Marked(str(tmp_path / "m"), delay=1.0), executor="process")
+    with p.iter() as it:
+        assert list(it) == [0, 1, 2, 3]
+        (row,) = [s for s in it.stats().stages if s.name.startswith("map(")]
+    assert row.busy < 0.5, row
+    p.close()
