@@ -25,7 +25,8 @@ from ._graph import CHUNK_MAX
 from ._procs import ProcessPool, run_process_pool
 from ._threads import DaemonPool
 from ._timeouts import timed
-from ._worker import Failure, _failure
+from ._wire import Failure
+from ._worker import failure_of
 from .errors import PipelineError, StageError, control_flow_error
 
 __all__ = ["EXECUTOR_BATCH_SECONDS", "Calls", "make_calls", "resolve_executor"]
@@ -172,7 +173,7 @@ def _call_batch(
             if os.getpid() == pid:
                 out.append(Failure(e))
             else:
-                f = _failure(e)
+                f = failure_of(e)
                 out.append(f if f.exc is not None else Failure(StageError(str(f.why))))
     return out, perf_counter() - t0
 

@@ -25,7 +25,7 @@ from ._graph import CHUNK_MAX, ChunkIter
 from ._inline import inline_map
 from ._policy import DROP, ErrorPolicy, each, is_async_callable
 from ._tasks import aclosing, cancel_and_wait, cancelling
-from ._worker import Failure
+from ._wire import Failure
 from .errors import _NO_ITEM, annotate, control_flow_error
 
 __all__ = [

@@ -13,7 +13,7 @@ import os
 from collections import deque
 from typing import Any
 
-from . import _worker
+from . import _wire
 from .errors import StageError, short_repr
 
 __all__ = ["Batch", "one_by_one", "results"]
@@ -37,7 +37,7 @@ class Batch:
         self.batch: Any = None  # the items pickled at once, or None: one by one
         self.entries: list[Any] | None = None
         self.fds: list[int] = []  # shared memory of its items, until sent
-        self.failures: dict[int, _worker.Failure] = {}  # items that could not be pickled
+        self.failures: dict[int, _wire.Failure] = {}  # items that could not be pickled
         self.timer: asyncio.TimerHandle | None = None
 
     def drop(self) -> None:
@@ -52,10 +52,10 @@ def one_by_one(task: Batch, stage: str) -> None:
     task.entries = []
     for j, x in enumerate(task.items):
         try:
-            task.entries.append(_worker.pack(x, task.fds))
+            task.entries.append(_wire.pack(x, task.fds))
         except Exception as e:
             task.entries.append(None)
-            task.failures[j] = _worker.Failure(
+            task.failures[j] = _wire.Failure(
                 StageError(
                     f"stage {stage!r}: item {task.pos + j} ({short_repr(x)}) cannot"
                     f" be sent to a worker process: {e!r}",
@@ -77,22 +77,22 @@ def results(task: Batch, kind: str, payload: Any, fds: deque[int], stage: str) -
 
 def _batch_results(task: Batch, payload: Any, fds: deque[int], stage: str) -> list[Any]:
     try:
-        ys = _worker.unpack(payload, fds)
+        ys = _wire.unpack(payload, fds)
     except Exception as e:
         what = f"items {task.pos}..{task.pos + task.n - 1}" if task.n > 1 else task.pos
         err = StageError(
             f"stage {stage!r}: the results of {what} could not be unpickled here: {e!r}",
             stage=stage,
         )
-        return [_worker.Failure(err)] * task.n
+        return [_wire.Failure(err)] * task.n
     return [_failure(y, stage) for y in ys]
 
 
 def _result(task: Batch, j: int, entry: Any, fds: deque[int], stage: str) -> Any:
     try:
-        y = _worker.unpack(entry, fds)
+        y = _wire.unpack(entry, fds)
     except Exception as e:
-        return _worker.Failure(
+        return _wire.Failure(
             StageError(
                 f"stage {stage!r}: the result of item {task.pos + j} could not be"
                 f" unpickled here: {e!r}",
@@ -103,6 +103,6 @@ def _result(task: Batch, j: int, entry: Any, fds: deque[int], stage: str) -> Any
 
 
 def _failure(y: Any, stage: str) -> Any:
-    if type(y) is _worker.Failure and y.exc is None:
+    if type(y) is _wire.Failure and y.exc is None:
         y.exc = StageError(f"stage {stage!r}: {y.why}", stage=stage)
     return y

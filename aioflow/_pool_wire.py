@@ -1,8 +1,9 @@
 """One worker process of a ``ProcessPool`` and its socket, seen from the parent.
 
-``Worker.start`` launches a fresh interpreter that loads ``_worker.py`` alone (never the
-user's ``__main__``), in a process group of its own (Ctrl-C in a terminal is for the
-parent alone), with one end of a Unix socket pair. The parent's end is non-blocking:
+``Worker.start`` launches a fresh interpreter that loads ``_wire.py`` and ``_worker.py``
+alone (never the aioflow package, nor the user's ``__main__``), in a process group of
+its own (Ctrl-C in a terminal is for the parent alone), with one end of a Unix socket
+pair. The parent's end is non-blocking:
 ``post`` queues a framed message (with the descriptors it passes) and sends what the
 socket takes now; the loop's writer callback sends the rest, so a send never blocks the
 loop. ``read`` takes every whole message that has arrived.
@@ -19,16 +20,21 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import _worker
+from . import _wire, _worker
 
 __all__ = ["Worker"]
 
-#: What a worker runs: ``_worker`` loaded from its file, without the aioflow package.
+_FILES = (_wire.__file__, _worker.__file__)
+
+#: What a worker runs: ``_wire`` and ``_worker`` loaded from their files (argv 2 and up),
+#: without the aioflow package: ``_worker``'s ``from ._wire import`` finds the first.
 _BOOT = (
-    "import importlib.util as u, sys\n"
-    "s = u.spec_from_file_location('aioflow._worker', sys.argv[1])\n"
-    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
-    "m.main(int(sys.argv[2]))\n"
+    "import importlib.util as u, os, sys\n"
+    "for f in sys.argv[2:]:\n"
+    "    n = 'aioflow.' + os.path.basename(f)[:-3]\n"
+    "    s = u.spec_from_file_location(n, f)\n"
+    "    m = sys.modules[n] = u.module_from_spec(s); s.loader.exec_module(m)\n"
+    "m.main(int(sys.argv[1]))\n"
 )
 
 
@@ -45,7 +51,7 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.fns: set[int] = set()
         self.tasks: deque[Any] = deque()
-        self.inbox = _worker.Inbox()
+        self.inbox = _wire.Inbox()
         self.out: deque[list[Any]] = deque()  # [parts left to send, descriptors]
 
     @classmethod
@@ -54,7 +60,7 @@ class Worker:
         flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
         try:
             proc = subprocess.Popen(
-                [sys.executable, *flags, "-c", _BOOT, _worker.__file__, str(child.fileno())],
+                [sys.executable, *flags, "-c", _BOOT, str(child.fileno()), *_FILES],
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
                 process_group=0,
@@ -104,9 +110,9 @@ class Worker:
             self.proc.kill()
 
     def post(self, obj: Any, fds: list[int]) -> None:
-        """Send ``obj`` (``_worker.encode``; the descriptors are closed once sent)."""
-        parts = _worker.encode(obj)
-        self.out.append([[_worker.header(parts, len(fds)), *parts], fds])
+        """Send ``obj`` (``_wire.encode``; the descriptors are closed once sent)."""
+        parts = _wire.encode(obj)
+        self.out.append([[_wire.header(parts, len(fds)), *parts], fds])
         if not self.writing:
             self.flush()
 
@@ -116,8 +122,8 @@ class Worker:
             entry = self.out[0]
             parts, fds = entry
             try:
-                some = parts[: _worker.IOV_MAX]
-                n = self.sock.sendmsg(some, _worker.scm(fds)) if fds else self.sock.sendmsg(some)
+                some = parts[: _wire.IOV_MAX]
+                n = self.sock.sendmsg(some, _wire.scm(fds)) if fds else self.sock.sendmsg(some)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:  # the worker is gone: its end-of-file is on the way
@@ -125,7 +131,7 @@ class Worker:
             for fd in fds:
                 os.close(fd)
             entry[1] = []
-            entry[0] = _worker.sent(parts, n)
+            entry[0] = _wire.sent(parts, n)
             if not entry[0]:
                 self.out.popleft()
         want = bool(self.out)

@@ -40,7 +40,7 @@ from functools import partial
 from time import monotonic, perf_counter
 from typing import Any
 
-from . import _worker
+from . import _wire
 from ._ctx import Ctx
 from ._graph import CHUNK_MAX, Described, graph_nodes
 from ._meters import StageMeter
@@ -202,7 +202,7 @@ class ProcessPool:
         assert self.loop is not None
         task = Batch(next(self._ids), fn_id, items, pos, self.loop.create_future())
         try:
-            task.batch = _worker.pack(items, task.fds)
+            task.batch = _wire.pack(items, task.fds)
         except Exception:
             one_by_one(task, self.stage)
         self.pending.append(task)
@@ -307,7 +307,7 @@ class ProcessPool:
             if body == b"ready":
                 w.ready = True
                 return
-            task_id, seconds, kind, payload = _worker.decode(body)
+            task_id, seconds, kind, payload = _wire.decode(body)
             task = w.tasks.popleft()
             assert task.id == task_id, "worker answered out of order"
             if task.timer is not None:

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioflow import _worker
+from aioflow import _wire
 
 
 def _roundtrip(objs: list[object], *, with_fds: bool = False) -> list[tuple[object, int]]:
@@ -28,16 +28,16 @@ def _roundtrip(objs: list[object], *, with_fds: bool = False) -> list[tuple[obje
                     r, w = os.pipe()
                     os.close(w)
                     fds = [r]
-                _worker._send(a, _worker.encode(obj), fds)
+                _wire.send(a, _wire.encode(obj), fds)
             a.shutdown(socket.SHUT_WR)
 
         t = threading.Thread(target=send)
         t.start()
-        inbox = _worker.Inbox()
+        inbox = _wire.Inbox()
         while inbox.recv(b):
             while (msg := inbox.pop()) is not None:
                 body, fds = msg
-                out.append((_worker.decode(body), len(fds)))
+                out.append((_wire.decode(body), len(fds)))
                 while fds:
                     os.close(fds.popleft())
         t.join()
@@ -73,14 +73,14 @@ def _join(parts: list[object]) -> bytes:
 def test_a_batch_travels_as_its_pickle_and_one_blob_of_its_arrays_out_of_band():
     fds: list[int] = []
     items = [np.ones(1000), "a", 2, np.arange(10)]  # 8,000 bytes: a part; 80: pickled in
-    payload = _worker.pack(items, fds)
+    payload = _wire.pack(items, fds)
     data, sizes, blob = payload
     assert sizes == [-8000] and memoryview(blob).nbytes == 8000 and fds == []
-    parts = _worker.encode((7, payload))
+    parts = _wire.encode((7, payload))
     # (the sizes of the out-of-band parts, the pickle, the batch's data and blob as they are)
     assert len(parts) == 4 and _join(parts[2:]) == bytes(data) + bytes(blob)
-    n, got = _worker.decode(_join(parts))
-    ys = _worker.unpack(got, deque())
+    n, got = _wire.decode(_join(parts))
+    ys = _wire.unpack(got, deque())
     assert n == 7 and np.array_equal(ys[0], np.ones(1000)) and ys[1:3] == ["a", 2]
     assert np.array_equal(ys[3], np.arange(10))
 
@@ -88,24 +88,24 @@ def test_a_batch_travels_as_its_pickle_and_one_blob_of_its_arrays_out_of_band():
 def test_an_array_changed_after_it_was_packed_arrives_as_it_was():
     # (a worker's writer thread sends a batch while the next one computes)
     x = np.zeros(5000)
-    payload = _worker.pack([x], [])
+    payload = _wire.pack([x], [])
     x[:] = 1
-    (y,) = _worker.unpack(payload, deque())
+    (y,) = _wire.unpack(payload, deque())
     assert not y.any()
 
 
 def test_each_array_of_a_message_has_memory_of_its_own():
     # a kept result must not pin the rest of its batch's message
-    payload = _worker.pack([np.full(2000, i) for i in range(3)], [])
-    ys = _worker.unpack(_worker.decode(_join(_worker.encode(payload))), deque())
+    payload = _wire.pack([np.full(2000, i) for i in range(3)], [])
+    ys = _wire.unpack(_wire.decode(_join(_wire.encode(payload))), deque())
     assert [int(y[0]) for y in ys] == [0, 1, 2]
     assert all(y.base is not None and memoryview(y.base).nbytes == 16_000 for y in ys)
 
 
 def test_what_is_left_after_a_partial_send():
     parts = [b"abc", memoryview(b"defg"), b"hi"]
-    assert _worker.sent(parts, 0) == parts
-    assert [bytes(p) for p in _worker.sent(parts, 2)] == [b"c", b"defg", b"hi"]
-    assert [bytes(p) for p in _worker.sent(parts, 3)] == [b"defg", b"hi"]
-    assert [bytes(p) for p in _worker.sent(parts, 8)] == [b"i"]
-    assert _worker.sent(parts, 9) == []
+    assert _wire.sent(parts, 0) == parts
+    assert [bytes(p) for p in _wire.sent(parts, 2)] == [b"c", b"defg", b"hi"]
+    assert [bytes(p) for p in _wire.sent(parts, 3)] == [b"defg", b"hi"]
+    assert [bytes(p) for p in _wire.sent(parts, 8)] == [b"i"]
+    assert _wire.sent(parts, 9) == []
