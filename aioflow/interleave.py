@@ -266,13 +266,7 @@ async def _cycle(
                 if out.due():
                     yield out.release()
                     mark()
-                try:
-                    more = await s.fill()
-                except Exception:
-                    if out.items:  # items before an error are delivered first
-                        yield out.items
-                    raise
-                if not more:
+                if not await s.fill():
                     await turn.close(s, ahead)
                     continue
             turn.take(s, out)
@@ -281,6 +275,11 @@ async def _cycle(
                 mark()
         if out.items:
             yield out.items
+    except Exception:
+        # a sub-pipeline, the input or fn failed: the items gathered before come out first
+        if out.items:
+            yield out.items
+        raise
     finally:
         try:
             await close_all((*slots, *ahead.early))
