@@ -21,6 +21,7 @@ from ._check import check_concurrency, check_int, fn_name
 from ._chunks import iterable_chunks, skip_chunks
 from ._fanin import merge
 from ._logs import CycleLog
+from ._policy import call
 from ._runtime import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
@@ -34,7 +35,7 @@ from ._runtime import (
 from ._state import LOGGED, UNORDERED, Refuse
 from ._subs import Loads, Sub, close_all
 from ._tasks import aclosing
-from .errors import PipelineError, control_flow_error
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -80,10 +81,9 @@ class _Opener:
         return self._open(x)
 
     def _open(self, x: Any, resume: Any = None, drop: int = 0) -> Sub:
-        try:
-            sub = self.fn(x)
-        except Exception as e:
-            raise control_flow_error(e, self.ctx.name, self.pos) from None
+        sub, err = call(self.fn, x, self.ctx.name, self.pos)
+        if err is not None:
+            raise err
         self.pos += 1
         s = Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
