@@ -199,6 +199,18 @@ def test_repeat_resumes_in_its_epoch_with_that_epoch_s_permutation():
     assert {"epoch": 2} in state["nodes"].values()
 
 
+def test_a_repeat_inside_a_repeat_resumed_in_a_later_outer_epoch_gives_the_rest():
+    # the source's epoch there is not the outer repeat's: it replays (it took the state
+    # of the source's opening one outer epoch back, with its permutation, while kept)
+    def make():
+        return af.from_source(range(2000), shuffle=True, seed=3).repeat(2).repeat(2)
+
+    whole = make().to_list()
+    for k in (10, 2010, 4010, 6010):
+        head, state = interrupted(make, k)
+        assert head + resumed(make, state) == whole
+
+
 def test_a_shuffle_buffer_saves_what_it_holds_and_its_generator():
     ds = Counting(3000)
 
