@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Iterable, Iterator
-from itertools import islice
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 from ._base import PipelineBase
+from ._policy import NOTHING, read, read_one
 from ._runtime import CHUNK_MAX, ChunkIter, Ctx, aclosing
-from .errors import PipelineError, annotate
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -36,14 +36,12 @@ async def sync_chunks(it: Iterator[Any], ctx: Ctx) -> ChunkIter:
     while True:
         if ctx.run.stopping:  # closing: a blocking read would delay it by an item-time
             await asyncio.get_running_loop().create_future()  # until cancelled
-        chunk: list[Any] = []
         t0 = pc()
-        try:
-            chunk.extend(islice(it, n))
-        except Exception as e:
+        chunk, err = read(it, n, ctx.name, pos)
+        if err is not None:
             if chunk:
                 yield chunk
-            raise annotate(e, ctx.name, pos + len(chunk)) from None
+            raise err
         if not chunk:
             return
         dt = pc() - t0
@@ -64,12 +62,11 @@ async def async_chunks(ait: AsyncIterable[Any], ctx: Ctx) -> ChunkIter:
     agen = aiter(ait)
     try:
         while True:
-            try:
-                x = await anext(agen)
-            except StopAsyncIteration:
+            x, err = await read_one(agen, ctx.name, pos)
+            if err is not None:
+                raise err
+            if x is NOTHING:
                 return
-            except Exception as e:
-                raise annotate(e, ctx.name, pos) from None
             pos += 1
             yield [x]
     finally:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from ._channel import ThreadChannel
 from ._graph import Described
 from ._runtime import Run
+from ._tasks import new_task
 from ._threads import DaemonPool
 
 __all__ = ["Engine", "new_event_loop"]
@@ -83,7 +84,7 @@ class Engine:
         exception, and the loop is resumed so that the run still closes everything.
         """
         # the one task not started by Run.start: it makes the run, and closes it
-        main = loop.create_task(self._amain())
+        main = new_task(self._amain(), "sync driver", loop)
         while True:
             try:
                 loop.run_until_complete(main)
@@ -122,6 +123,7 @@ class Engine:
             await asyncio.wait({out, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             await run.aclose()  # (the stopper too)
+            chan.detach()  # a prefetch(n) last: its queue's stats end with the run
             if not chan.closed:
                 chan.close()  # a thread still waiting in next() ends (the run is gone)
 

@@ -29,19 +29,11 @@ async def inline_map(
     async with aclosing(src):
         async for chunk in src:
             out: list[Any] = []
-            it = iter(chunk)
-            while True:
-                try:
-                    _apply(fn, chunk, it, out, keep, ctx.name, pos)
-                    break
-                except Exception as e:
-                    failed = pos + len(chunk) - length_hint(it) - 1
-                    item = chunk[failed - pos]
-                    if policy.skip(e, ctx, failed, item):
-                        continue
-                    if out:
-                        yield out
-                    raise annotate(e, ctx.name, failed, item) from None
+            err = _apply_all(fn, chunk, out, keep, ctx, pos, policy)
+            if err is not None:
+                if out:
+                    yield out
+                raise err
             if pos == 0 and out and inspect.isawaitable(out[0]):
                 _refuse_awaitables(out, ctx.name)
             pos += len(chunk)
@@ -58,6 +50,29 @@ def _refuse_awaitables(out: list[Any], stage: str) -> None:
         f"stage {stage!r}: the function returned an awaitable; define it with"
         " `async def` (or give concurrency=N) so that aioflow awaits it"
     )
+
+
+def _apply_all(
+    fn: Callable[[Any], Any],
+    chunk: list[Any],
+    out: list[Any],
+    keep: bool,
+    ctx: Ctx,
+    pos: int,
+    policy: ErrorPolicy,
+) -> BaseException | None:
+    """``fn`` over the chunk into ``out``, skipping the failures ``policy`` skips; the
+    first one it does not, with its note (stage, position, item), as ``each`` gives it."""
+    it = iter(chunk)
+    while True:
+        try:
+            _apply(fn, chunk, it, out, keep, ctx.name, pos)
+            return None
+        except Exception as e:
+            failed = pos + len(chunk) - length_hint(it) - 1
+            item = chunk[failed - pos]
+            if not policy.skip(e, ctx, failed, item):
+                return annotate(e, ctx.name, failed, item)
 
 
 def _apply(

@@ -162,7 +162,8 @@ async def external_sort(
         while block := [p[1] for p in islice(merged, CHUNK_MAX)]:
             yield block
     except Exception as e:  # keys that do not compare, items that do not pickle, ...
-        raise annotate(e, ctx.name) from None
+        annotate(e, ctx.name)  # (no position: the whole input is sorted at once)
+        raise
     finally:
         if runs is not None:
             runs.remove()

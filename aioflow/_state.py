@@ -259,9 +259,11 @@ def take_nodes(
             if res is None:
                 return None
             st, k, later = res[0], res[1], (res[2] if len(res) > 2 else 0)
+            if shift and len(res) > 2:
+                # a repeat inside a repeat in a later epoch: the openings of the inner
+                # one's input are not counted by the outer epoch (replay)
+                return None
             if later:  # a later epoch of a repeat: its input starts afresh
-                if shift:
-                    return None  # a repeat inside a repeat: replay
                 shift = later
                 prev = {}
                 if opens is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _fanin
 from ._runtime import ChunkIter, Ctx, Run
+from ._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -100,10 +101,7 @@ class Sub:
     async def aclose(self) -> None:
         t, self.next = self.next, None
         if t is not None:
-            t.cancel()
-            await asyncio.wait([t])
-            if not t.cancelled():
-                t.exception()
+            await cancel_and_wait([t])
         if self.gen is not None:
             await self.gen.aclose()
 

@@ -1,9 +1,10 @@
 """Starting and stopping a run's tasks: one way to start one, one way to end them.
 
-Every task of a run is started by ``Run.start`` (which keeps it, see ``_runtime``), and
-every group of tasks or futures that a stage cancels on its way out is ended by
-``cancel_and_wait``: cancel each, wait for all of them, and retrieve what they raised so
-that nothing is reported as "never retrieved".
+Every task is created by ``new_task``: each task of a run through ``Run.start`` (which
+keeps it, see ``_runtime``), and the sync engine's driver (it makes and closes its run,
+so it cannot belong to it). Every group of tasks or futures that a stage cancels on its
+way out is ended by ``cancel_and_wait``: cancel each, wait for all of them, and retrieve
+what they raised so that nothing is reported as "never retrieved".
 """
 
 from __future__ import annotations
@@ -13,18 +14,32 @@ import contextlib
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["aclosing", "cancel_and_wait", "cancelling", "keep_task"]
+__all__ = ["aclosing", "cancel_and_wait", "cancelling", "keep_task", "new_task"]
 
 R = TypeVar("R")
 
 aclosing = contextlib.aclosing
 
 
+def new_task(
+    coro: Coroutine[Any, Any, R], name: str, loop: asyncio.AbstractEventLoop | None = None
+) -> asyncio.Task[R]:
+    """Start ``coro`` as a task named ``aioflow:{name}`` on ``loop`` (default: the running one).
+
+    The one place a task is created: ``Run.start`` (through ``keep_task``) for every task
+    of a run, and the sync engine for its driver, which makes its run and closes it, so it
+    cannot be a task of that run.
+    """
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    return loop.create_task(coro, name=f"aioflow:{name}")
+
+
 def keep_task(
     coro: Coroutine[Any, Any, R], name: str, keep: set[asyncio.Task[Any]]
 ) -> asyncio.Task[R]:
     """Start ``coro`` on the running loop as a task kept in ``keep`` until it is done."""
-    task = asyncio.get_running_loop().create_task(coro, name=f"aioflow:{name}")
+    task = new_task(coro, name)
     keep.add(task)
     task.add_done_callback(keep.discard)
     return task

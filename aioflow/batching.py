@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._check import check_int, is_int
 from ._logs import chunkwise
-from ._policy import each
+from ._policy import call, each, each_into
 from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
 from ._state import LOGGED, per_batch
 from .collate import default_collate, keep_list, pad_collate, resolve_collate, split_rows
-from .errors import PipelineError, annotate, control_flow_error
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -97,24 +97,15 @@ def _card_batch(size: int, drop_remainder: bool) -> Callable[[Sequence[int]], in
     return card
 
 
-async def _rows(src: ChunkIter, ctx: Ctx, kinds: list[type] | None = None) -> ChunkIter:
-    nb = 0
-    async with aclosing(src):
-        async for chunk in src:
-            out: list[Any] = []
-            for b in chunk:
-                try:
-                    rows = split_rows(b)
-                except Exception as e:
-                    if out:
-                        yield out
-                    raise annotate(e, ctx.name, nb) from None
-                if kinds is not None and not kinds:
-                    kinds.append(type(b))
-                nb += 1
-                out.extend(rows)
-            if out:
-                yield out
+def _rows(src: ChunkIter, ctx: Ctx, kinds: list[type] | None = None) -> ChunkIter:
+    """The rows of each batch; ``kinds`` gets the type of the first batch split."""
+
+    def put(out: list[Any], b: Any) -> None:
+        out.extend(split_rows(b))
+        if kinds is not None and not kinds:
+            kinds.append(type(b))
+
+    return each_into(src, put, ctx.name)
 
 
 def unbatch_node(up: Pipeline[Any]) -> Node:
@@ -256,31 +247,26 @@ def bucket_by_length_node(
 
     async def bucket(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         buckets: list[list[Any]] = [[] for _ in sizes]
-        pos = nb = 0
-        async with aclosing(src):
-            async for chunk in src:
-                out = []
-                for x in chunk:
-                    try:
-                        b = bisect_right(bounds, length_fn(x))
-                        buckets[b].append(x)
-                        if len(buckets[b]) == sizes[b]:
-                            out.append(collate(buckets[b]))
-                            buckets[b] = []
-                            nb += 1
-                    except Exception as e:
-                        if out:
-                            yield out
-                        raise control_flow_error(e, ctx.name, pos) from None
-                    pos += 1
-                if out:
-                    yield out
+        nb = 0
+
+        def put(out: list[Any], x: Any) -> None:
+            """Into its bucket; a full bucket becomes a batch in ``out``."""
+            nonlocal nb
+            b = bisect_right(bounds, length_fn(x))
+            buckets[b].append(x)
+            if len(buckets[b]) == sizes[b]:
+                out.append(collate(buckets[b]))
+                buckets[b] = []
+                nb += 1
+
+        async with aclosing(each_into(src, put, ctx.name)) as batches:
+            async for chunk in batches:
+                yield chunk
         for items in buckets:
             if items:
-                try:
-                    last = collate(items)
-                except Exception as e:
-                    raise control_flow_error(e, ctx.name, nb) from None
+                last, err = call(collate, items, ctx.name, nb)
+                if err is not None:
+                    raise err
                 nb += 1
                 yield [last]
 

@@ -21,6 +21,7 @@ from ._check import check_concurrency, check_int, fn_name
 from ._chunks import iterable_chunks, skip_chunks
 from ._fanin import merge
 from ._logs import CycleLog
+from ._policy import call
 from ._runtime import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
@@ -34,7 +35,7 @@ from ._runtime import (
 from ._state import LOGGED, UNORDERED, Refuse
 from ._subs import Loads, Sub, close_all
 from ._tasks import aclosing
-from .errors import PipelineError, control_flow_error
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -80,10 +81,9 @@ class _Opener:
         return self._open(x)
 
     def _open(self, x: Any, resume: Any = None, drop: int = 0) -> Sub:
-        try:
-            sub = self.fn(x)
-        except Exception as e:
-            raise control_flow_error(e, self.ctx.name, self.pos) from None
+        sub, err = call(self.fn, x, self.ctx.name, self.pos)
+        if err is not None:
+            raise err
         self.pos += 1
         s = Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
@@ -177,69 +177,109 @@ class _Ahead:
         self.light -= s.sub is not None
 
 
+class _Turn:
+    """Whose turn it is in tf.data's cycle: the slot read now, and the items it gave in
+    its current block (``block_length`` of them, then the turn passes to the next slot)."""
+
+    __slots__ = ("block", "block_length", "cycle", "slots")
+
+    def __init__(self, slots: list[Sub | None], block_length: int, cycle: int, block: int) -> None:
+        self.slots = slots
+        self.block_length = block_length
+        self.cycle = cycle
+        self.block = block
+
+    def pass_on(self) -> None:
+        self.cycle, self.block = (self.cycle + 1) % len(self.slots), 0
+
+    async def close(self, s: Sub, ahead: _Ahead) -> None:
+        """The slot's sub-pipeline ended: close it, free the slot, pass the turn on."""
+        await s.aclose()
+        self.slots[self.cycle] = None
+        ahead.closed(s)
+        self.pass_on()
+
+    def take(self, s: Sub, out: _Out) -> None:
+        """Move what is left of the slot's block, from its chunk at hand, to ``out``."""
+        k = min(self.block_length - self.block, len(s.buf) - s.i)
+        out.add(s.buf[s.i : s.i + k])
+        s.i += k
+        s.taken += k
+        self.block += k
+        if self.block == self.block_length:
+            self.pass_on()
+
+
+class _Out:
+    """The items gathered for output, released as a chunk when ``CHUNK_MAX`` long, or
+    before a read that may wait once older than ``_FLUSH_SECONDS``."""
+
+    __slots__ = ("emitted", "items", "t0")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.t0 = 0.0  # when its first item came
+        self.emitted = 0  # items released so far (for the state)
+
+    def add(self, items: list[Any]) -> None:
+        if not self.items:
+            self.t0 = perf_counter()
+        self.items.extend(items)
+
+    def due(self) -> bool:
+        return bool(self.items) and perf_counter() - self.t0 > _FLUSH_SECONDS
+
+    def release(self) -> list[Any]:
+        chunk, self.items = self.items, []
+        self.emitted += len(chunk)
+        return chunk
+
+
 async def _cycle(
     inputs: _Opener, cycle_length: int, block_length: int, width: int, log: CycleLog
 ) -> ChunkIter:
     """tf.data's interleave order. With concurrency, ``width`` sub-pipelines are kept open
     and reading: the cycle's, plus the next inputs' (they fill empty slots in order)."""
-    slots: list[Sub | None] = [None] * cycle_length
-    cycle = block = 0
+    turn = _Turn([None] * cycle_length, block_length, 0, 0)
     if log.resume is not None:
-        slots = await inputs.restore(log.resume)
-        cycle, block = int(log.resume["cycle"]), int(log.resume["block"])
+        st = log.resume
+        turn = _Turn(await inputs.restore(st), block_length, int(st["cycle"]), int(st["block"]))
+    slots = turn.slots
     ahead = _Ahead(inputs, slots, width)
-    out: list[Any] = []
-    t_out = 0.0
-    emitted = 0
+    out = _Out()
 
     def mark() -> None:
-        log.mark(emitted, cycle, block, inputs.pos - len(ahead.early), slots)
+        log.mark(out.emitted, turn.cycle, turn.block, inputs.pos - len(ahead.early), slots)
 
     try:
         mark()
         while ahead.more():
             await ahead.fill()
-            s = slots[cycle]
-            if s is None:
+            s = slots[turn.cycle]
+            if s is None:  # an empty slot: the next sub-pipeline, or the turn passes
                 if ahead.early or not inputs.ended:
-                    slots[cycle] = await ahead.next()
-                    continue
-                cycle, block = (cycle + 1) % cycle_length, 0
+                    slots[turn.cycle] = await ahead.next()
+                else:
+                    turn.pass_on()
                 continue
-            if s.i >= len(s.buf):
-                if out and perf_counter() - t_out > _FLUSH_SECONDS:
-                    emitted += len(out)
-                    yield out
-                    out = []
+            if s.i >= len(s.buf):  # its chunk at hand is used up: read its next one
+                if out.due():
+                    yield out.release()
                     mark()
-                try:
-                    more = await s.fill()
-                except Exception:
-                    if out:  # items before an error are delivered first
-                        yield out
-                    raise
-                if not more:
-                    await s.aclose()
-                    slots[cycle] = None
-                    ahead.closed(s)
-                    cycle, block = (cycle + 1) % cycle_length, 0
+                if not await s.fill():
+                    await turn.close(s, ahead)
                     continue
-            k = min(block_length - block, len(s.buf) - s.i)
-            if not out:
-                t_out = perf_counter()
-            out.extend(s.buf[s.i : s.i + k])
-            s.i += k
-            s.taken += k
-            block += k
-            if block == block_length:
-                cycle, block = (cycle + 1) % cycle_length, 0
-            if len(out) >= CHUNK_MAX:
-                emitted += len(out)
-                yield out
-                out = []
+            turn.take(s, out)
+            if len(out.items) >= CHUNK_MAX:
+                yield out.release()
                 mark()
-        if out:
-            yield out
+        if out.items:
+            yield out.items
+    except Exception:
+        # a sub-pipeline, the input or fn failed: the items gathered before come out first
+        if out.items:
+            yield out.items
+        raise
     finally:
         try:
             await close_all((*slots, *ahead.early))

@@ -20,6 +20,7 @@ import numpy as np
 from ._check import check_int
 from ._chunks import skip_chunks
 from ._logs import ShuffleLog
+from ._policy import each_into
 from ._runtime import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
@@ -31,7 +32,7 @@ from ._runtime import (
 )
 from ._spill import external_sort, keys_of
 from ._state import LOGGED, Refuse
-from .errors import LateItem, PipelineError, annotate, control_flow_error
+from .errors import LateItem, PipelineError, annotate
 from .partition import INPUT_ITEMS, build_partition_by
 from .sampling import card_unknown, check_seed, epoch_rng
 
@@ -197,10 +198,10 @@ async def _stream_sort(
     # the end, or an error: what is left comes out in order (before the error)
     try:
         heap.sort()
-    except Exception as e:
+    except Exception as e:  # the keys do not compare: only the (first) error comes out
         if failure is None:
-            raise annotate(e, ctx.name, pos) from None
-        heap.clear()  # the keys do not compare: only the error comes out
+            failure = annotate(e, ctx.name, pos)
+        heap.clear()
     for i in range(0, len(heap), CHUNK_MAX):
         yield [e[2] for e in heap[i : i + CHUNK_MAX]]
     if failure is not None:
@@ -270,29 +271,22 @@ def _group_by(
     async def group(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         # an OrderedDict: a plain dict's first key is slow to find after many deletions
         groups: OrderedDict[Hashable, list[Any]] = OrderedDict()
-        pos = 0
-        async with aclosing(src):
-            async for chunk in src:
-                out: list[tuple[Hashable, list[Any]]] = []
-                for x in chunk:
-                    try:
-                        k = key(x)
-                        g = groups.get(k)
-                    except Exception as e:
-                        if out:
-                            yield out
-                        raise control_flow_error(e, ctx.name, pos) from None
-                    pos += 1
-                    if g is None:
-                        if len(groups) == most:  # the oldest open group makes room
-                            out.append(groups.popitem(last=False))
-                            ctx.meter.evicted += 1
-                        g = groups[k] = []
-                    g.append(x)
-                    if len(g) == full:
-                        out.append((k, groups.pop(k)))
-                if out:
-                    yield out
+
+        def put(out: list[tuple[Hashable, list[Any]]], x: Any) -> None:
+            k = key(x)
+            g = groups.get(k)
+            if g is None:
+                if len(groups) == most:  # the oldest open group makes room
+                    out.append(groups.popitem(last=False))
+                    ctx.meter.evicted += 1
+                g = groups[k] = []
+            g.append(x)
+            if len(g) == full:
+                out.append((k, groups.pop(k)))
+
+        async with aclosing(each_into(src, put, ctx.name)) as let_out:
+            async for chunk in let_out:
+                yield chunk
         rest = list(groups.items())
         for i in range(0, len(rest), CHUNK_MAX):
             yield rest[i : i + CHUNK_MAX]

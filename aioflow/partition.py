@@ -18,8 +18,9 @@ from ._channel import Channel
 from ._ctx import Ctx
 from ._fanin import merge_all
 from ._graph import CHANNEL_ITEMS, ChunkIter, Node, Opener
+from ._policy import call, each
 from ._tasks import aclosing, cancel_and_wait
-from .errors import PipelineError, control_flow_error
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -87,19 +88,18 @@ async def _route(
     n = len(chans)
     pos = 0
     error: BaseException | None = None
+
+    def part_of(x: Any) -> int:
+        return _stable_hash(key(x)) % n
+
     try:
         async with aclosing(src):
             async for chunk in src:
                 parts: list[list[Any]] = [[] for _ in range(n)]
-                for x in chunk:
-                    try:
-                        k = key(x)
-                        i = _stable_hash(k) % n
-                    except Exception as e:
-                        error = control_flow_error(e, ctx.name, pos)
-                        break
+                which, error = each(part_of, chunk, ctx.name, pos)
+                for x, i in zip(chunk, which, strict=False):  # (up to a failing key)
                     parts[i].append(x)
-                    pos += 1
+                pos += len(which)
                 for chan, part in zip(chans, parts, strict=True):
                     if part:
                         await chan.put(part)
@@ -129,10 +129,9 @@ def build_partition_by(
         chans = [Channel(INPUT_CHUNKS, INPUT_ITEMS) for _ in range(num_partitions)]
         subs: list[ChunkIter] = []
         for i, chan in enumerate(chans):
-            try:
-                sub = fn(_feed(chan, i))
-            except Exception as e:
-                raise control_flow_error(e, ctx.name) from None
+            sub, err = call(fn, _feed(chan, i), ctx.name, None)
+            if err is not None:
+                raise err
             if not isinstance(sub, PipelineBase):
                 raise PipelineError(
                     f"partition_by: fn returned {type(sub).__name__}, not a Pipeline"

@@ -17,9 +17,10 @@ import numpy as np
 from ._check import fn_name
 from ._chunks import skip_chunks
 from ._logs import ChunkLog
+from ._policy import each
 from ._runtime import INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, aclosing
 from ._state import LOGGED
-from .errors import PipelineError, control_flow_error
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -121,7 +122,7 @@ def _rejection_resample(
                         emitted += len(out)
                         yield out
                 if failure is not None:
-                    raise failure from None
+                    raise failure
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         log = ChunkLog(ctx)
@@ -135,18 +136,16 @@ def _classes_of(
     chunk: list[Any], class_fn: Callable[[Any], Any], k: int, ctx: Ctx, pos: int
 ) -> tuple[list[int], BaseException | None]:
     """The classes of the chunk's items, up to the first that fails (and its error)."""
-    classes: list[int] = []
-    for x in chunk:
-        try:
-            c = class_fn(x)
-            if isinstance(c, bool) or not isinstance(c, int | np.integer):
-                raise PipelineError(f"{ctx.name}: class_fn must return an int, got {c!r}")
-            if not 0 <= c < k:
-                raise PipelineError(f"{ctx.name}: class {c} is outside target_dist's {k} classes")
-        except Exception as e:
-            return classes, control_flow_error(e, ctx.name, pos + len(classes))
-        classes.append(int(c))
-    return classes, None
+
+    def class_of(x: Any) -> int:
+        c = class_fn(x)
+        if isinstance(c, bool) or not isinstance(c, int | np.integer):
+            raise PipelineError(f"{ctx.name}: class_fn must return an int, got {c!r}")
+        if not 0 <= c < k:
+            raise PipelineError(f"{ctx.name}: class {c} is outside target_dist's {k} classes")
+        return int(c)
+
+    return each(class_of, chunk, ctx.name, pos)
 
 
 def _estimated_acceptance(

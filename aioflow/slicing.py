@@ -94,7 +94,9 @@ def repeat_node(up: Pipeline[Any], count: int | None) -> Node:
                     out += len(chunk)
                     yield chunk
             epoch += 1
-            if not produced:  # an empty input repeated forever is empty (as in tf.data)
+            if not produced and not (epoch == first + 1 and ctx.resume is not None):
+                # an empty input repeated forever is empty (as in tf.data); a resumed
+                # epoch may have nothing left
                 return
 
     return Node(

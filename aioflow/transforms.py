@@ -19,6 +19,7 @@ from ._calls import DROP, ErrorPolicy, concurrent_map, inline_map, is_async_call
 from ._check import check_concurrency, check_int, fn_name
 from ._chunks import enumerate_chunks, iterable_chunks, skip_chunks
 from ._logs import ElementLog, chunkwise
+from ._policy import NOTHING, call, each, read_one
 from ._runtime import (
     CHUNK_MAX,
     INFINITE_CARD,
@@ -31,7 +32,7 @@ from ._runtime import (
     aclosing,
 )
 from ._state import LOGGED, call_resume, counting, resumed
-from .errors import PipelineError, annotate, control_flow_error
+from .errors import PipelineError
 
 if TYPE_CHECKING:
     from .pipeline import Pipeline
@@ -131,12 +132,11 @@ def flat_map_node(up: Pipeline[Any], fn: Callable[[Any], Any]) -> Node:
         async with aclosing(src):
             async for chunk in src:
                 for x in chunk:
-                    try:
-                        sub = fn(x)
-                    except Exception as e:
+                    sub, err = call(fn, x, ctx.name, pos)
+                    if err is not None:
                         if out:
                             yield out
-                        raise control_flow_error(e, ctx.name, pos) from None
+                        raise err
                     resume, drop = log.first() if pos == 0 else (None, 0)
                     pos += 1
                     if isinstance(sub, list | tuple):
@@ -183,19 +183,20 @@ def scan_node(
     async def scan(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         state = initial_state
         pos = 0
+
+        def step(x: Any) -> Any:
+            nonlocal state
+            state, y = fn(state, x)
+            return y
+
         async with aclosing(src):
             async for chunk in src:
-                out: list[Any] = []
-                for x in chunk:
-                    try:
-                        state, y = fn(state, x)
-                    except Exception as e:
-                        if out:
-                            yield out
-                        raise control_flow_error(e, ctx.name, pos) from None
-                    out.append(y)
-                    pos += 1
-                yield out
+                out, err = each(step, chunk, ctx.name, pos)
+                if out:
+                    yield out
+                if err is not None:
+                    raise err
+                pos += len(chunk)
 
     build: Build = lambda ctx, inputs: scan(inputs[0](), ctx)  # noqa: E731
     return Node(f"scan({fn_name(fn)})", build, inputs=(up,), key=(fn,))
@@ -259,22 +260,23 @@ def pipe_node(
         out: list[Any] = []
         async with aclosing(src):
             try:
-                async for y in agen:
+                while True:
+                    y, err = await read_one(agen, ctx.name, lambda: max(0, feed.pos - 1))
+                    if y is NOTHING:
+                        break
                     out.append(y)
                     # release outputs whenever the next input would have to be awaited
                     if not feed.buffered() or len(out) >= CHUNK_MAX:
                         yield out
                         out = []
-            except Exception as e:
-                if out:
-                    yield out
-                raise annotate(e, ctx.name, max(0, feed.pos - 1)) from None
             finally:
                 close = getattr(agen, "aclose", None)
                 if close is not None:
                     await close()
             if out:
                 yield out
+            if err is not None:
+                raise err
 
     return Node(
         f"pipe({fn_name(stage)})",

@@ -133,6 +133,31 @@ def test_fn_error_is_annotated_with_the_input_position():
     assert "raised in stage 'interleave(make)' at item 1" in info.value.__notes__[0]
 
 
+@pytest.mark.parametrize("fail_in", ["fn", "input"])
+@pytest.mark.parametrize("concurrency", [None, 2])
+def test_the_items_before_a_failing_fn_or_input_come_out_before_its_error(
+    monkeypatch, fail_in, concurrency
+):
+    # gathered items are released only as whole chunks here: the error must not drop them
+    monkeypatch.setattr("aioflow.interleave._FLUSH_SECONDS", float("inf"))
+
+    def bad(x: int) -> int:
+        if x == 70:
+            raise KeyError(x)
+        return x
+
+    def make(x: int) -> af.Pipeline[int]:
+        return af.from_iterable([bad(x) if fail_in == "fn" else x])
+
+    src = af.range(100) if fail_in == "fn" else af.range(100).map(bad)
+    p = src.interleave(make, cycle_length=2, concurrency=concurrency)
+    got = []
+    with pytest.raises(KeyError):
+        for x in p:
+            got.append(x)
+    assert got == list(range(70))
+
+
 def test_bad_arguments_are_refused_when_described():
     with pytest.raises(af.PipelineError, match="cycle_length"):
         af.range(3).interleave(sub, cycle_length=0)

@@ -199,6 +199,31 @@ def test_repeat_resumes_in_its_epoch_with_that_epoch_s_permutation():
     assert {"epoch": 2} in state["nodes"].values()
 
 
+def test_a_repeat_inside_a_repeat_resumed_in_a_later_outer_epoch_gives_the_rest():
+    # the source's epoch there is not the outer repeat's: it replays (it took the state
+    # of the source's opening one outer epoch back, with its permutation, while kept)
+    def make():
+        return af.from_source(range(2000), shuffle=True, seed=3).repeat(2).repeat(2)
+
+    whole = make().to_list()
+    for k in (10, 2010, 4010, 6010):
+        head, state = interrupted(make, k)
+        assert head + resumed(make, state) == whole
+
+
+def test_a_repeat_resumed_at_the_end_of_an_epoch_goes_on_with_the_next_epoch():
+    def make():
+        return af.range(1).repeat(3)
+
+    _, state = interrupted(make, 2)
+    # after 2 items, as a run saves it before it began the third epoch (timing): the
+    # second epoch (the source's opening 1) with the source at its end: an empty rest
+    # of an epoch, not an empty input
+    state["nodes"] = {"0": {"epoch": 1}, "1": {"next": 1}}
+    state["opens"] = {"0": 0, "1": 1}
+    assert resumed(make, state) == [0]
+
+
 def test_a_shuffle_buffer_saves_what_it_holds_and_its_generator():
     ds = Counting(3000)
 

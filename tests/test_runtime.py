@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aioflow as af
 from aioflow._channel import Channel
@@ -62,3 +63,45 @@ async def test_a_concurrent_map_last_in_a_run_keeps_its_own_channel_and_the_hop(
     run, chan, out = await _run_into_a_channel(p)
     assert out == list(range(10)) and run.meters[id(p._node)].channel is not chan
     await run.aclose()
+
+
+def test_prefetch_last_under_for_feeds_the_consumers_thread_channel_with_its_bound():
+    p = af.range(10).prefetch(3)
+    with p.iter() as it:
+        out = [next(it)]
+        eng = it._engine
+        assert eng is not None and eng.run is not None and eng.chan is not None
+        chan, meter = eng.chan, eng.run.meters[id(p._node)]
+        # no hop: the stage's output queue is the consumer's ThreadChannel, with its bound
+        assert meter.channel is None and meter.queues == [chan.qm]
+        assert (chan.max_chunks, chan.max_items) == (3, 3)
+        out += it
+    s = it.stats()["prefetch(3)"]
+    assert out == list(range(10)) and s.items_out == 10 and s.own_task
+    assert s.queue_capacity == 3 and s.queue_peak is not None and 1 <= s.queue_peak <= 3
+
+
+def test_prefetch_last_under_for_holds_at_most_its_bound_while_the_consumer_waits():
+    p = af.range(1000).prefetch(3)
+    with p.iter() as it:
+        first = next(it)
+        chan = it._engine.chan  # type: ignore[union-attr]
+        while not chan._waiting:  # the producer fills it until a put has to wait
+            time.sleep(0.001)
+        assert 1 <= len(chan) <= 3  # (a chunk of prefetch(3) holds 3 items at most)
+        rest = list(it)
+    assert [first, *rest] == list(range(1000))
+    s = it.stats()["prefetch(3)"]
+    assert s.queue_peak is not None and s.queue_peak <= 3
+
+
+def test_a_concurrent_map_last_under_for_keeps_its_own_channel_and_the_hop():
+    p = af.range(10).map(lambda x: x, executor="thread", concurrency=2)
+    with p.iter() as it:
+        out = [next(it)]
+        eng = it._engine
+        assert eng is not None and eng.run is not None
+        own = eng.run.meters[id(p._node)].channel
+        assert isinstance(own, Channel) and own is not eng.chan
+        out += it
+    assert out == list(range(10))

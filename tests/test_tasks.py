@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aioflow._tasks import cancel_and_wait
+from aioflow._tasks import cancel_and_wait, new_task
 
 
 async def test_cancel_and_wait_for_failed_and_cancelled_tasks_retrieves_their_errors():
@@ -41,3 +41,13 @@ async def test_cancel_and_wait_to_the_finish_waits_for_all_through_a_cancellatio
     release.set()
     await asyncio.wait([closer])
     assert t.cancelled() and closer.cancelled()
+
+
+def test_new_task_names_its_task_and_starts_it_on_the_given_loop():
+    loop = asyncio.new_event_loop()
+    try:
+        task = new_task(asyncio.sleep(0, "done"), "probe", loop)
+        assert task.get_name() == "aioflow:probe" and task.get_loop() is loop
+        assert loop.run_until_complete(task) == "done"
+    finally:
+        loop.close()

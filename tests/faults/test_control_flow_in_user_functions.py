@@ -114,6 +114,13 @@ def test_a_user_stop_iteration_is_an_error_never_an_early_end(make):
     assert "700" in str(info.value) or any("700" in n for n in info.value.__notes__)
 
 
+@pytest.mark.parametrize("make", STOPPING.values(), ids=STOPPING.keys())
+def test_a_user_stop_iteration_is_the_cause_of_its_stage_error(make):
+    with make().iter(timeout=DEADLINE) as it, pytest.raises(af.StageError) as info:
+        list(it)
+    assert isinstance(info.value.__cause__, StopIteration)
+
+
 def test_a_user_stop_iteration_can_be_skipped_like_any_failure():
     assert af.range(1000).map(_stop_at_700, on_error="skip").to_list() == [
         x for x in range(1000) if x != 700

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import resource
+import time
 
 import aioflow as af
 from tests.faults.conftest import settle
@@ -28,20 +29,26 @@ async def _enrich(x: Item) -> Item:
     return x
 
 
-async def test_a_slow_consumer_never_makes_the_run_hold_more_than_max_inflight():
-    Item.live = Item.peak = 0
-    n = 200_000
-    p = (
-        af.from_iterable(lambda: (Item(i) for i in range(n)))
+N = 200_000
+
+
+def _batches_of_many_items() -> af.Pipeline[list[Item]]:
+    """N items through a concurrent map, in batches of 16, ending in prefetch(4)."""
+    return (
+        af.from_iterable(lambda: (Item(i) for i in range(N)))
         .map(lambda x: x)
         .prefetch(64)
         .map(_enrich, concurrency=8)
         .batch(16, collate=list)
         .prefetch(4)
-        .unbatch()
     )
+
+
+async def test_a_slow_consumer_never_makes_the_run_hold_more_than_max_inflight():
+    Item.live = Item.peak = 0
+    p = _batches_of_many_items().unbatch()
     bound = p.max_inflight()
-    assert bound < n, "the test needs a bound below the input size to mean anything"
+    assert bound < N, "the test needs a bound below the input size to mean anything"
     count = 0
     async with p.aiter() as it:
         async for x in it:
@@ -55,6 +62,28 @@ async def test_a_slow_consumer_never_makes_the_run_hold_more_than_max_inflight()
     assert Item.peak <= bound, (Item.peak, bound)
     assert Item.peak > 64, "the pipeline did run ahead of the consumer"
     await settle()
+    gc.collect()
+    assert Item.live == 0
+
+
+def test_a_slow_consumer_under_for_never_makes_a_run_ending_in_prefetch_hold_more():
+    # prefetch(4) last feeds the sync consumer's channel directly, with its bound
+    Item.live = Item.peak = 0
+    p = _batches_of_many_items()
+    bound = p.max_inflight()
+    assert bound < N, "the test needs a bound below the input size to mean anything"
+    count = 0
+    with p.iter() as it:
+        for batch in it:
+            count += len(batch)
+            del batch
+            if count % 800 == 0:
+                time.sleep(0.002)  # slow consumer
+                assert Item.live <= bound, (Item.live, bound)
+            if count >= 30_000:
+                break
+    assert Item.peak <= bound, (Item.peak, bound)
+    assert Item.peak > 64, "the pipeline did run ahead of the consumer"
     gc.collect()
     assert Item.live == 0
 
