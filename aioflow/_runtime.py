@@ -302,10 +302,11 @@ class Run:
         node = pipeline._node
         if METER:
             chan.waits = self.consumer
-        if node.task and not node.buffer:
+        if node.task and not (node.buffer and not chan.threaded):
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's (a
-            # concurrent map's read-ahead is its channel and the consumer's)
+            # concurrent map's read-ahead is its channel and the consumer's; a thread's
+            # channel bounded as prefetch(n)'s would cost a thread hand-off per chunk)
             hop = StageMeter("output", None)
             return self.start(pump(self.open(pipeline), chan, hop, None), "output")
         mine: LaneCell = [None]
@@ -313,10 +314,10 @@ class Run:
         if node.task:  # prefetch(n): its channel is the consumer's, with its bound
             meter.task = True
             chan.bound(node.chunks, node.items)
-        if not chan.threaded:  # (a thread's channel is read after the run closed)
+        if not chan.threaded:  # (a thread's channel is not metered)
             meter.channel = chan
-        if METER and (node.task or not chan.threaded):  # (a thread's: prefetch(n)'s only)
-            chan.attach(meter)
+            if METER:
+                chan.attach(meter)
         ln = mine[0] = meter.take_lane() if METER else None
         return self.start(pump(gen, chan, meter, ln), "output")
 

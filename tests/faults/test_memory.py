@@ -67,7 +67,7 @@ async def test_a_slow_consumer_never_makes_the_run_hold_more_than_max_inflight()
 
 
 def test_a_slow_consumer_under_for_never_makes_a_run_ending_in_prefetch_hold_more():
-    # prefetch(4) last feeds the sync consumer's channel directly, with its bound
+    # prefetch(4) last, read by a sync consumer (its channel, then the consumer's thread's)
     Item.live = Item.peak = 0
     p = _batches_of_many_items()
     bound = p.max_inflight()
