@@ -245,5 +245,7 @@ class _TimedCalls(Calls):
         self.stage = ctx.name
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
-        inner = asyncio.ensure_future(self.inner.start(items, pos))
+        inner = self.inner.start(items, pos)
+        # (a loop call's task of the run, or an executor's future: never a new task here)
+        assert isinstance(inner, asyncio.Future), inner
         return timed(inner, self.timeout, self.stage, pos)
