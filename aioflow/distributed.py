@@ -36,6 +36,7 @@ import cloudpickle
 from ._base import pipeline_of
 from ._meters import StageMeter
 from ._runtime import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, graph_nodes
+from ._tasks import cancelling
 from .combine import concat
 from .errors import PipelineError, StageError
 from .slicing import shard_from_env
@@ -239,7 +240,7 @@ async def _read_splits(
                 try:
                     items, compute, where = t.result()
                 except BaseException as e:
-                    if isinstance(e, asyncio.CancelledError) and _cancelling():
+                    if isinstance(e, asyncio.CancelledError) and cancelling():
                         raise
                     err = _split_error(e, idx, address)
                     raise err from (None if err is e else e)
@@ -284,11 +285,6 @@ async def _close(ctx: Ctx, dask: Any, running: set[asyncio.Future[Any]]) -> None
 
 async def _result(fut: Any) -> Any:
     return await fut
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def build_distribute(
