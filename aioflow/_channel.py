@@ -13,7 +13,6 @@ modes are what the run's hops need:
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from collections import deque
 from time import monotonic, perf_counter
@@ -172,10 +171,8 @@ class ThreadChannel(Channel):
     """A ``Channel`` whose consumer is another thread: chunks from the run's loop to it.
 
     The producer side is ``Channel``'s (``put``/``close``/``full_for``, on the loop),
-    bounded by chunks only unless ``bound`` gives it a stage's bound (a ``prefetch(n)``
-    last feeds it directly); the consumer takes every chunk available at once with
-    ``take``, so one thread hand-off moves many chunks. Both threads change what it
-    holds, so its occupancy (and its ``QueueMeter``, when attached) changes under its lock.
+    bounded by chunks only; the consumer takes every chunk available at once with
+    ``take``, so one thread hand-off moves many chunks.
     """
 
     __slots__ = ("_cond", "_loop", "_space", "_waiting")
@@ -183,28 +180,24 @@ class ThreadChannel(Channel):
     threaded = True
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4) -> None:
-        super().__init__(max_chunks, sys.maxsize)
+        super().__init__(max_chunks)
         self._loop = loop
         self._cond = threading.Condition(threading.Lock())
         self._space = asyncio.Event()
         self._waiting = False
 
+    def full_for(self, chunk: Chunk) -> bool:
+        return len(self._q) >= self.max_chunks
+
     def discard(self) -> None:
         with self._cond:
-            super().discard()
-
-    def detach(self) -> None:
-        with self._cond:
-            super().detach()
+            self._q.clear()
 
     async def put(self, chunk: Chunk) -> None:
         while True:
             with self._cond:
-                if not self.full_for(chunk):
+                if len(self._q) < self.max_chunks:
                     self._q.append(chunk)
-                    self._n += len(chunk)
-                    if self.qm is not None:
-                        self.qm.note(len(self._q), self._n)
                     self._cond.notify()
                     return
                 self._waiting = True
@@ -229,9 +222,6 @@ class ThreadChannel(Channel):
                     return None
             chunks = list(self._q)
             self._q.clear()
-            self._n = 0
-            if self.qm is not None:
-                self.qm.note(0, 0)
             wake, self._waiting = self._waiting, False
         if wake:
             try:

@@ -123,7 +123,6 @@ class Engine:
             await asyncio.wait({out, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             await run.aclose()  # (the stopper too)
-            chan.detach()  # a prefetch(n) last: its queue's stats end with the run
             if not chan.closed:
                 chan.close()  # a thread still waiting in next() ends (the run is gone)
 

@@ -81,7 +81,7 @@ def run_process_pool(
 def prestart(root: Described) -> None:
     """Start the pools of ``root``'s process maps that have none, as its run starts.
 
-    Called in the consumer's thread before the run is built: workers boot, and load the
+    Called as an iteration starts, before its run is built: workers boot, and load the
     function, while the run starts. Each pool waits idle on its node, where its stage
     checks it out (a pool that no stage takes stays warm, as after an epoch).
     """
