@@ -2,14 +2,14 @@
 
 Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
 (``_splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
-as the epoch goes), runs the part before ``distribute`` over them on a worker and returns
-their items. A consumer keeps at most ``max_outstanding`` tasks submitted or waiting to
-be read and submits the next as soon as one is read, so the scheduler hands work to
-whichever worker is free (a fast worker takes more). Everything that moves between
-machines is Dask's: its scheduler, its comms (numpy arrays travel as out-of-band pickle
-buffers), its failure detection. Each epoch connects a ``Client`` of its own on the
-run's loop (to the given client's scheduler) and closes it when the run ends, which
-releases whatever the epoch still had on the cluster.
+as the epoch goes, fewer near the epoch's end), runs the part before ``distribute`` over
+them on a worker and returns their items. A consumer keeps at most ``max_outstanding``
+tasks submitted or waiting to be read and submits the next as soon as one is read, so
+the scheduler hands work to whichever worker is free (a fast worker takes more).
+Everything that moves between machines is Dask's: its scheduler, its comms (numpy arrays
+travel as out-of-band pickle buffers), its failure detection. Each epoch connects a
+``Client`` of its own on the run's loop (to the given client's scheduler) and closes it
+when the run ends, which releases whatever the epoch still had on the cluster.
 
 Exactly once per epoch: a task's items reach the consumer only when it has finished, as
 one result. A worker that dies takes its unfinished tasks with it and the scheduler runs
@@ -166,15 +166,20 @@ TASK_SPLITS = 64
 
 
 class _Sizer:
-    """How many splits the next task takes: one at first, then ~TASK_SECONDS of work."""
+    """How many splits the next task takes: one at first, then ~TASK_SECONDS of work, and
+    toward the end of the epoch no more than a ``window``-th of what is left (guided
+    self-scheduling), so that the last tasks are small and the workers finish together
+    instead of one of them idling through another's last 0.2 s."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int) -> None:
         self.per_split: float | None = None
+        self.window = window
 
-    def size(self) -> int:
+    def size(self, left: int) -> int:
         if self.per_split is None:
             return 1
-        return max(1, min(TASK_SPLITS, int(TASK_SECONDS / max(self.per_split, 1e-6))))
+        by_time = min(TASK_SPLITS, int(TASK_SECONDS / max(self.per_split, 1e-6)))
+        return max(1, min(by_time, -(-left // self.window)))
 
     def done(self, splits: int, seconds: float) -> None:
         per = seconds / splits
@@ -216,15 +221,18 @@ async def _read_splits(
     meters = _Meters(ctx)
     dask, address = await _connect(client)
     running: dict[asyncio.Future[Any], tuple[list[int], float, Any]] = {}
-    sizer = _Sizer()
     try:
         if window is None:
             window = await _window(dask, consumers)
         ctx.meter.concurrency = meters.overhead.concurrency = window
+        sizer = _Sizer(window)
         todo = iter(mine)
+        left = len(mine)
 
         def submit() -> None:
-            idx = list(islice(todo, sizer.size()))
+            nonlocal left
+            idx = list(islice(todo, sizer.size(left)))
+            left -= len(idx)
             if idx:
                 parts = [splits.split(epoch, i) for i in idx]
                 fut = dask.submit(run_split, job, parts, pure=False)

@@ -7,7 +7,7 @@ import pytest
 
 import aioflow as af
 from aioflow._splits import IndexSplits, range_split_size
-from aioflow.distributed import _leaf, job_of, run_split
+from aioflow.distributed import TASK_SECONDS, _leaf, _Sizer, job_of, run_split
 
 
 def splits_of(p: af.Pipeline) -> object:
@@ -70,3 +70,19 @@ def test_from_source_splits_give_each_epochs_order_of_its_shard(shuffle, shard):
         epochs.append([x for part in parts for x in part])
         assert epochs[-1] == p.to_list()
     assert (epochs[0] != epochs[1]) == shuffle
+
+
+def test_tasks_shrink_toward_the_end_of_an_epoch_so_workers_finish_together():
+    """Guided self-scheduling: ~TASK_SECONDS of splits while plenty are left, then at most
+    a window-th of what is left, so no worker idles through another's whole last task."""
+    sizer = _Sizer(window=4)
+    assert sizer.size(256) == 1  # nothing measured yet
+    sizer.done(1, TASK_SECONDS / 25)  # 25 splits make a task's worth
+    sizes, left = [], 256
+    while left:
+        sizes.append(sizer.size(left))
+        left -= sizes[-1]
+    assert sizes[0] == 25
+    assert sum(sizes) == 256 and all(s >= 1 for s in sizes)
+    assert sizes == sorted(sizes, reverse=True)  # never growing again
+    assert sizes[-4:] == [1, 1, 1, 1]
