@@ -333,10 +333,12 @@ class GroupMethods(PipelineBase, Generic[T]):
         ``consumer_index`` of ``num_consumers`` (both default from
         ``af.shard_from_env()``) gets a disjoint share. A Dask task takes as many
         splits as make ~0.2 s of work; its items arrive together, in completion order of
-        the tasks, and a ``batch`` before ``distribute`` batches within a task. Memory:
-        at most ``max_outstanding`` tasks (default: two per worker thread of the
-        cluster, shared among the consumers) being made or waiting for this consumer.
-        See ``docs/distributed.md``.
+        the tasks, and a ``batch`` before ``distribute`` batches within a task. This
+        consumer keeps two tasks per worker thread of the cluster (shared among the
+        consumers) being made or waiting; ``max_outstanding`` also bounds the elements
+        (batches, if the part before batches) in those tasks, for a slow consumer's
+        memory (a split is the least a task takes: with more elements than
+        ``max_outstanding``, one split at a time). See ``docs/distributed.md``.
 
         Example:
             >>> import aioflow as af, distributed

@@ -169,21 +169,43 @@ class _Sizer:
     """How many splits the next task takes: one at first, then ~TASK_SECONDS of work, and
     toward the end of the epoch no more than a ``window``-th of what is left (guided
     self-scheduling), so that the last tasks are small and the workers finish together
-    instead of one of them idling through another's last 0.2 s."""
+    instead of one of them idling through another's last 0.2 s.
 
-    def __init__(self, window: int) -> None:
+    With a ``budget`` (``max_outstanding``), the elements of the tasks submitted and not
+    yet read stay within it, each split counted at the most elements a split has made so
+    far: one split at a time until the first one is read, and the budget spread over the
+    ``window`` tasks. A split is the least a task takes: one whose elements exceed the
+    budget is still submitted alone."""
+
+    def __init__(self, window: int, budget: int | None = None) -> None:
         self.per_split: float | None = None
+        self.most: int | None = None  # elements per split, the most seen
         self.window = window
+        self.budget = budget
 
-    def size(self, left: int) -> int:
+    def size(self, left: int, running: int) -> int:
+        """Splits for the next task, with ``left`` splits of the epoch not yet submitted
+        and ``running`` submitted and not yet read; 0: submit nothing now."""
+        if left <= 0:
+            return 0
+        cap = TASK_SPLITS
+        if self.budget is not None:
+            if self.most is None:
+                return 0 if running else 1
+            most = max(self.most, 1)
+            room = (self.budget - running * most) // most
+            if room < 1:
+                return 0 if running else 1
+            cap = min(room, max(1, self.budget // (most * self.window)))
         if self.per_split is None:
             return 1
-        by_time = min(TASK_SPLITS, int(TASK_SECONDS / max(self.per_split, 1e-6)))
-        return max(1, min(by_time, -(-left // self.window)))
+        by_time = int(TASK_SECONDS / max(self.per_split, 1e-6))
+        return max(1, min(cap, by_time, -(-left // self.window)))
 
-    def done(self, splits: int, seconds: float) -> None:
+    def done(self, splits: int, elements: int, seconds: float) -> None:
         per = seconds / splits
         self.per_split = per if self.per_split is None else 0.7 * self.per_split + 0.3 * per
+        self.most = max(self.most or 0, -(-elements // splits))
 
 
 async def _connect(client: Any) -> tuple[Any, str]:
@@ -203,7 +225,8 @@ async def _connect(client: Any) -> tuple[Any, str]:
 
 
 async def _window(dask: Any, consumers: int) -> int:
-    """Default ``max_outstanding``: two tasks per worker thread, shared among consumers."""
+    """How many tasks a consumer keeps submitted or unread: two per worker thread, shared
+    among the consumers."""
     threads = sum((await dask.nthreads()).values())
     return max(2, -(-2 * threads // consumers))
 
@@ -214,7 +237,7 @@ async def _read_splits(
     job: bytes,
     splits: Any,
     mine: Sequence[int],
-    window: int | None,
+    budget: int | None,
     consumers: int,
 ) -> ChunkIter:
     epoch = ctx.open_index
@@ -222,25 +245,27 @@ async def _read_splits(
     dask, address = await _connect(client)
     running: dict[asyncio.Future[Any], tuple[list[int], float, Any]] = {}
     try:
-        if window is None:
-            window = await _window(dask, consumers)
+        window = await _window(dask, consumers)
         ctx.meter.concurrency = meters.overhead.concurrency = window
-        sizer = _Sizer(window)
+        sizer = _Sizer(window, budget)
         todo = iter(mine)
         left = len(mine)
+        in_flight = 0  # splits submitted and not yet read
 
-        def submit() -> None:
-            nonlocal left
-            idx = list(islice(todo, sizer.size(left)))
-            left -= len(idx)
-            if idx:
+        def fill() -> None:
+            nonlocal left, in_flight
+            while len(running) < window:
+                idx = list(islice(todo, sizer.size(left, in_flight)))
+                if not idx:
+                    return
+                left -= len(idx)
+                in_flight += len(idx)
                 parts = [splits.split(epoch, i) for i in idx]
                 fut = dask.submit(run_split, job, parts, pure=False)
                 task = ctx.run.start(_result(fut), "distribute read")
                 running[task] = (idx, perf_counter(), fut)
 
-        for _ in range(window):
-            submit()
+        fill()
         while running:
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -252,8 +277,9 @@ async def _read_splits(
                         raise
                     err = _split_error(e, idx, address)
                     raise err from (None if err is e else e)
-                sizer.done(len(idx), compute)
-                submit()
+                in_flight -= len(idx)
+                sizer.done(len(idx), len(items), compute)
+                fill()
                 meters.split_done(where, len(items), compute, perf_counter() - t0)
                 for k in range(0, len(items), CHUNK_MAX):
                     yield items[k : k + CHUNK_MAX]

@@ -76,13 +76,28 @@ def test_tasks_shrink_toward_the_end_of_an_epoch_so_workers_finish_together():
     """Guided self-scheduling: ~TASK_SECONDS of splits while plenty are left, then at most
     a window-th of what is left, so no worker idles through another's whole last task."""
     sizer = _Sizer(window=4)
-    assert sizer.size(256) == 1  # nothing measured yet
-    sizer.done(1, TASK_SECONDS / 25)  # 25 splits make a task's worth
+    assert sizer.size(256, 0) == 1  # nothing measured yet
+    sizer.done(1, 8, TASK_SECONDS / 25)  # 25 splits make a task's worth
     sizes, left = [], 256
     while left:
-        sizes.append(sizer.size(left))
+        sizes.append(sizer.size(left, 0))
         left -= sizes[-1]
     assert sizes[0] == 25
     assert sum(sizes) == 256 and all(s >= 1 for s in sizes)
     assert sizes == sorted(sizes, reverse=True)  # never growing again
     assert sizes[-4:] == [1, 1, 1, 1]
+
+
+def test_a_budget_of_elements_bounds_the_splits_in_flight():
+    sizer = _Sizer(window=4, budget=16)
+    assert sizer.size(100, 0) == 1  # one split until one is read
+    assert sizer.size(99, 1) == 0
+    sizer.done(1, 2, 0.001)  # 2 elements a split
+    # 16 elements: 8 splits in flight, spread over the 4 tasks of the window
+    sizes, running = [], 0
+    while (k := sizer.size(100, running)) > 0:
+        sizes.append(k)
+        running += k
+    assert sizes == [2, 2, 2, 2] and running * 2 == 16
+    sizer.done(1, 40, 0.001)  # a split larger than the whole budget: one at a time
+    assert sizer.size(100, 0) == 1 and sizer.size(100, 1) == 0

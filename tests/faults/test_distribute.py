@@ -174,6 +174,24 @@ def test_a_slow_consumer_holds_back_the_workers(client, tmp_path):
     assert made <= 16 * 64
 
 
+def test_max_outstanding_bounds_the_batches_in_flight_to_a_slow_consumer(client, tmp_path):
+    def mark(b: list[int]) -> list[int]:  # on a worker, as each batch is made
+        (tmp_path / str(b[0])).touch()
+        return b
+
+    # a range's splits are 64 items here: 2 batches of 32 each
+    p = af.range(64 * 5_000).batch(32).map(mark).distribute(client, max_outstanding=4)
+    with p.iter() as it:
+        next(it)
+        time.sleep(1.0)  # time for the cluster to run ahead, if it would
+        made = len(os.listdir(tmp_path))
+        taken = it.stats()["distribute > scheduling and transfer"].items_out
+    # made on the cluster and not yet taken by the consumer: at most max_outstanding
+    assert made - taken <= 4
+    # and what was taken waits in the consumer's channels (a few chunks of one task each)
+    assert taken <= 64
+
+
 def test_leaving_epochs_early_closes_their_clients_every_time(client):
     # a run closing cancels its tasks from several sides; the epoch's Dask client must
     # still close (an open one keeps its sockets: the guard counts fds)
