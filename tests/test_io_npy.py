@@ -121,6 +121,27 @@ def test_a_header_with_a_huge_shape_is_bad_input_and_skippable(tmp_path):
         assert sum(s.errors_skipped for s in it.stats()) == 2
 
 
+def test_files_that_share_a_header_parse_it_once(tmp_path, monkeypatch):
+    from aioflow.io import npy
+
+    getattr(npy, "_HEADERS", {}).clear()  # (headers other tests read)
+    parsed = []
+    real = npy._literal
+    monkeypatch.setattr(npy, "_literal", lambda text: parsed.append(text) or real(text))
+    for i in range(20):
+        np.save(tmp_path / f"{i:02}.npy", np.full((2, 3), i, dtype=np.int16))
+    np.save(tmp_path / "other.npy", np.zeros(5))
+    got = af.list_files(str(tmp_path / "*.npy")).interleave(af.read_npy, cycle_length=2).to_list()
+    assert [a[0, 0] for a in got[:20]] == list(range(20)) and got[20].tolist() == [0.0] * 5
+    assert len(parsed) == 2  # one header per kind of file, not per file
+    # a bad header is never kept: each file that has it fails on its own
+    bad = (tmp_path / "00.npy").read_bytes().replace(b"'shape': (2, 3)", b"'shape': (2, x)")
+    (tmp_path / "bad.npy").write_bytes(bad)
+    for _ in range(2):
+        with pytest.raises(af.BadInput, match="header"):
+            af.read_npy(tmp_path / "bad.npy").to_list()
+
+
 DTYPES = [
     np.dtype([("a", "<i4"), ("b", "<f8", (2, 3))]),
     np.dtype([("outer", [("x", "u1"), ("y", ">c16")]), ("s", "S3"), ("u", "<U2")]),

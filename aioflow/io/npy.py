@@ -118,7 +118,26 @@ def _literal(text: str) -> Any:
     return out
 
 
+#: Parsed headers by their bytes: files of one dataset share a header (dtype, shape), and
+#: parsing it is half the cost of reading a small file. Bounded: cleared when full.
+_HEADERS: dict[tuple[bytes, int], tuple[np.dtype[Any], tuple[int, ...], bool]] = {}
+_HEADERS_MAX = 256
+
+
 def _header(path: str, raw: bytes, version: int) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
+    """The dtype, shape and order of a header (``BadInput`` naming ``path`` if bad)."""
+    got = _HEADERS.get((raw, version))
+    if got is None:
+        got = _parse_header(path, raw, version)
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[(raw, version)] = got
+    return got
+
+
+def _parse_header(
+    path: str, raw: bytes, version: int
+) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
     def bad(what: str) -> BadInput:
         return bad_input(None, path, f"bad .npy header: {what}", offset=0)
 
