@@ -14,14 +14,11 @@ import asyncio
 import builtins
 from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _fanin
-from ._runtime import ChunkIter, Ctx, Run
+from ._runtime import ChunkIter, Ctx, Node, Run
 from ._tasks import cancel_and_wait
-
-if TYPE_CHECKING:
-    from .pipeline import Pipeline
 
 __all__ = ["Loads", "Sub", "close_all", "next_chunk"]
 
@@ -40,7 +37,7 @@ class Sub:
     """
 
     __slots__ = (
-        "buf", "gen", "i", "loads", "next", "opener", "pos", "resume", "run", "seek", "sub",
+        "buf", "gen", "i", "load", "loads", "next", "opener", "pos", "resume", "run", "seek",
         "taken",
     )  # fmt: skip
 
@@ -54,9 +51,9 @@ class Sub:
         self.taken = taken
         self.seek: Callable[[int], Any] | None = None
         self.resume: Any = None  # the state it was opened with
-        self.sub: Pipeline[Any] | None = None  # a one-item source read by `loads`
+        self.load: Callable[[], Any] | None = None  # a one-item source's read, by `loads`
         self.loads: Loads | None = None
-        self.opener: Callable[[], ChunkIter] | None = None  # opens `sub` if its read fails
+        self.opener: Callable[[], ChunkIter] | None = None  # opens it if that read fails
 
     def hook(self, fn: Callable[[int], Any]) -> None:
         self.seek = fn
@@ -126,18 +123,19 @@ class Loads:
         self.pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
         self.meter: Any = None  # the sub-stage's meter: items counted as an opened one's
 
-    def add(self, s: Sub) -> asyncio.Future[Any]:
-        assert s.sub is not None
-        node = s.sub._node
+    def count_on(self, node: Node) -> None:
+        """Count the items read on the sub-stage meter of ``node`` (the first source's)."""
         if self.meter is None:
             self.meter = self.ctx.run.meter_for(node, self.ctx.meter)
             self.ctx.meter.adopt(self.meter)
+
+    def add(self, s: Sub) -> asyncio.Future[Any]:
+        assert s.load is not None and self.meter is not None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         if not self.pending:
             loop.call_soon(self._flush)
-        assert node.load is not None
-        self.pending.append((node.load, fut))
+        self.pending.append((s.load, fut))
         return fut
 
     def _flush(self) -> None:

@@ -70,6 +70,11 @@ class _Opener:
         self.pos = 0
         self.ended = False
         self.loads = Loads(ctx) if batch else None  # one-item sources' reads, batched
+        # fn's own blocking read of x's one item (``read_npy``: x a local path), if it has
+        # one: x's sub-pipeline is then made only if that read fails
+        self.direct: Callable[[Any], Callable[[], Any] | None] | None = (
+            getattr(fn, "direct_load", None) if batch else None
+        )
 
     async def next(self) -> Sub | None:
         if self.ended:
@@ -81,6 +86,15 @@ class _Opener:
         return self._open(x)
 
     def _open(self, x: Any, resume: Any = None, drop: int = 0) -> Sub:
+        loads = self.loads if resume is None and not drop else None
+        if loads is not None and loads.meter is not None and self.direct is not None:
+            load = self.direct(x)
+            if load is not None:  # (the first one opens as below: its meter is the stage's)
+                self.pos += 1
+                s = Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1)
+                s.load, s.loads = load, loads
+                s.opener = functools.partial(self._open_late, x, s)
+                return s
         sub, err = call(self.fn, x, self.ctx.name, self.pos)
         if err is not None:
             raise err
@@ -88,14 +102,13 @@ class _Opener:
         s = Sub(cast(ChunkIter, None), self.ctx.run, self.pos - 1, drop)
         s.resume = resume
         if (
-            self.loads is not None
+            loads is not None
             and isinstance(sub, PipelineBase)
             and sub._node.load is not None
             and _one_item(sub)
-            and resume is None
-            and not drop
         ):
-            s.sub, s.loads = cast("Pipeline[Any]", sub), self.loads
+            loads.count_on(sub._node)
+            s.load, s.loads = sub._node.load, loads
             s.opener = functools.partial(self.ctx.open, cast("Pipeline[Any]", sub), None, s.hook)
             return s
         if self.task and isinstance(sub, PipelineBase) and not _one_item(sub):
@@ -106,6 +119,14 @@ class _Opener:
             gen = iterable_chunks(sub, self.ctx)
         s.gen = skip_chunks(gen, drop) if drop else gen
         return s
+
+    def _open_late(self, x: Any, s: Sub) -> ChunkIter:
+        """The sub-pipeline of ``x`` after all, when its direct read failed: it raises or
+        skips there as anywhere."""
+        sub, err = call(self.fn, x, self.ctx.name, s.pos)
+        if err is not None:
+            raise err
+        return self.ctx.open(cast("Pipeline[Any]", sub), None, s.hook)
 
     async def restore(self, st: dict[str, Any]) -> list[Sub | None]:
         """The slots of a resumed interleave: its input's elements up to ``entered``
@@ -144,7 +165,7 @@ class _Ahead:
         self.width = width
         self.early: deque[Sub] = deque()
         self.n_open = sum(s is not None for s in slots)  # in slots
-        self.light = sum(s is not None and s.sub is not None for s in slots)  # slots, early
+        self.light = sum(s is not None and s.load is not None for s in slots)  # slots, early
 
     def more(self) -> bool:
         return not self.inputs.ended or bool(self.n_open or self.early)
@@ -157,7 +178,7 @@ class _Ahead:
             if e is not None:
                 e.ahead()
                 self.early.append(e)
-                self.light += e.sub is not None
+                self.light += e.load is not None
 
     def _weight(self) -> int:
         return (self.n_open + len(self.early)) * _LIGHT - self.light * (_LIGHT - 1)
@@ -167,14 +188,14 @@ class _Ahead:
         if self.early:
             s: Sub | None = self.early.popleft()
         elif (s := await self.inputs.next()) is not None:
-            self.light += s.sub is not None
+            self.light += s.load is not None
         if s is not None:
             self.n_open += 1
         return s
 
     def closed(self, s: Sub) -> None:
         self.n_open -= 1
-        self.light -= s.sub is not None
+        self.light -= s.load is not None
 
 
 class _Turn:

@@ -259,6 +259,24 @@ def test_a_bad_file_among_batched_reads_fails_or_skips_as_alone(tmp_path, no_lea
     assert seen == list(range(7))  # the items before the bad file arrive first
 
 
+def test_interleave_of_read_npy_makes_a_files_pipeline_only_when_its_read_fails(
+    tmp_path, monkeypatch
+):
+    from aioflow.io import npy
+
+    made: list[str] = []
+    real = npy.reader
+    monkeypatch.setattr(
+        npy, "reader", lambda name, path, *a, **k: made.append(path) or real(name, path, *a, **k)
+    )
+    files = _npy_files(tmp_path, 50, bad=(20,))
+    p = files.interleave(af.read_npy, cycle_length=4, concurrency=4)
+    with pytest.raises(af.BadInput, match="020.npy"):
+        p.to_list()
+    # the first file's (its row in the stats), and the bad file's, which raises as alone
+    assert [Path(m).name for m in made] == ["000.npy", "020.npy"]
+
+
 def test_breaking_out_of_batched_reads_leaves_nothing_running(tmp_path, no_leaks):
     p = _npy_files(tmp_path, 200).interleave(af.read_npy, cycle_length=4, concurrency=4)
     for _ in range(3):

@@ -16,10 +16,12 @@ than the file is ``BadInput`` before anything is allocated.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import os
 import re
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -279,3 +281,21 @@ def read_npy(path: str | os.PathLike[str], *, on_error: str | int = "raise") -> 
     card = 1 if on_error == "raise" else UNKNOWN_CARD
     node = reader("read_npy", path, gen, on_error=on_error, card=card, task=False, load=_load_local)
     return pipeline_of(node)
+
+
+def _direct_load(path: Any) -> Callable[[], np.ndarray[Any, Any]] | None:
+    """``read_npy(path)``'s blocking read of its array, when ``path`` is a local path
+    (else None). ``interleave(read_npy)`` runs these in batches on the run's threads and
+    makes a file's ``read_npy`` pipeline only if its read fails (it raises there)."""
+    if not isinstance(path, str | os.PathLike):
+        return None
+    try:
+        p = os.fspath(path)
+    except Exception:
+        return None
+    if not isinstance(p, str) or is_url(p):
+        return None
+    return functools.partial(_load_local, local_path(p))
+
+
+read_npy.direct_load = _direct_load  # type: ignore[attr-defined]
