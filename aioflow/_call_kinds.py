@@ -141,9 +141,7 @@ class _ExecutorCalls(Calls):
         self.stage = stage
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
-        return asyncio.wrap_future(
-            self.executor.submit(_call, self.fn, items[0], self.stage, pos)
-        )
+        return asyncio.wrap_future(self.executor.submit(_call, self.fn, items[0], self.stage, pos))
 
 
 def _call(fn: Callable[[Any], Any], arg: Any, stage: str, pos: int) -> list[Any]:

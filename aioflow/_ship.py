@@ -42,7 +42,6 @@ class _Pickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-
 def ship(fn: Any) -> bytes:
     """Cloudpickle ``fn`` with its name and the source lines of files a worker lacks."""
     buf = io.BytesIO()

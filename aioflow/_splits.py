@@ -54,6 +54,7 @@ def range_split_size(n: int) -> int:
 
 def list_source(name: str, items: list[Any]) -> Pipeline[Any]:
     """A source of ``items`` (a split, made again the same wherever it is made)."""
+
     async def gen() -> ChunkIter:
         if items:
             yield items

@@ -210,9 +210,7 @@ class Inbox:
                 self.got = have
                 del self.buf[_HEAD.size :]
         if self.big is not None:
-            got, anc, _, _ = sock.recvmsg_into(
-                [memoryview(self.big)[self.got :]], _ANC, _CLOEXEC
-            )
+            got, anc, _, _ = sock.recvmsg_into([memoryview(self.big)[self.got :]], _ANC, _CLOEXEC)
             self.got += got
         else:
             data, anc, _, _ = sock.recvmsg(1 << 16, _ANC, _CLOEXEC)

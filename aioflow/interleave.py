@@ -49,6 +49,7 @@ _FLUSH_SECONDS = 0.0005
 #: Open one-item sources read in batches that count as one open sub-pipeline.
 _LIGHT = 8
 
+
 def _one_item(sub: PipelineBase) -> bool:
     """A one-item source (``read_npy(path)``): the read-ahead task of its ``Sub`` is all
     the concurrency it needs; a task and channel of its own would cost more than reading

@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 __all__ = ["from_dataflow", "from_iterable", "from_source", "range"]
 
+
 def _len_or_unknown(obj: Any) -> int:
     try:
         n = len(obj)

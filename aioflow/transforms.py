@@ -242,9 +242,7 @@ class _ItemFeed:
         return x
 
 
-def pipe_node(
-    up: Pipeline[Any], stage: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]
-) -> Node:
+def pipe_node(up: Pipeline[Any], stage: Callable[[AsyncIterator[Any]], AsyncIterator[Any]]) -> Node:
     """``pipe``: the user's async generator function over the items, as a stage."""
     if not callable(stage):
         raise PipelineError(f"pipe needs an async generator function, got {type(stage).__name__}")

@@ -21,6 +21,7 @@ else
 fi
 "${PIP[@]}" -c scripts/constraints.txt -e ".[$EXTRAS]"
 "$VPY" -m ruff check aioflow
+"$VPY" -m ruff format --check aioflow
 "$VPY" -m mypy aioflow
 # the layers of docs/architecture.md (pyproject.toml [tool.importlinter])
 "$VENV/bin/lint-imports"

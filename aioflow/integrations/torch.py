@@ -40,6 +40,7 @@ __all__ = [
 
 log = logging.getLogger("aioflow")
 
+
 def _is_iterable_dataset(ds: Any) -> bool:
     # a torch IterableDataset can only exist when torch is imported: no import needed here
     torch = sys.modules.get("torch")

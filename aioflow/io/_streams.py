@@ -72,9 +72,7 @@ class LocalStream:
         self._f = aiofiles.threadpool.wrap(raw, loop=asyncio.get_running_loop(), executor=pool)
 
     @classmethod
-    async def open(
-        cls, path: str, pool: Executor | None = None, offset: int = 0
-    ) -> LocalStream:
+    async def open(cls, path: str, pool: Executor | None = None, offset: int = 0) -> LocalStream:
         """Open ``path`` at ``offset`` in ``pool`` (the run's: a call that never returns is
         abandoned)."""
         opening = _Opening(path, offset)

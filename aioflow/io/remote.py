@@ -23,6 +23,7 @@ __all__ = ["glob_url", "open_url"]
 
 _INSTALL = "reading URLs needs fsspec: pip install 'aioflow[remote]'"
 
+
 def _fsspec() -> Any:
     try:
         import fsspec

@@ -212,9 +212,7 @@ async def _samples(p: str, ctx: Ctx, policy: ErrorPolicy, comp: str | None) -> C
             if sample is None:
                 continue  # the rest of a dropped sample
             if ext in sample:
-                err = bad_input(
-                    ctx, p, f"member {name!r} appears twice in sample {k!r}", offset=at
-                )
+                err = bad_input(ctx, p, f"member {name!r} appears twice in sample {k!r}", offset=at)
                 if out:
                     yield out
                     out = []
