@@ -86,6 +86,11 @@ class OpenCount:
         """The index the next opening will get."""
         return self._n
 
+    def start_at(self, n: int) -> None:
+        """Let the next opening get the index ``n``."""
+        with self._lock:
+            self._n = n
+
     def __reduce__(self) -> tuple[type[OpenCount], tuple[int]]:
         return (OpenCount, (self._n,))
 

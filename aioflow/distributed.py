@@ -101,11 +101,20 @@ def job_of(upstream: Pipeline[Any], leaf: Node) -> bytes:
     return cloudpickle.dumps((_with_source(upstream, leaf, hole), hole._node))
 
 
-def run_split(job: bytes, parts: list[Pipeline[Any]]) -> tuple[list[Any], float, str]:
+def run_split(
+    job: bytes, parts: list[Pipeline[Any]], draw: int = 0
+) -> tuple[list[Any], float, str]:
     """On a worker: the items of the part before ``distribute`` over the splits ``parts``
-    (read one after another as one source), the seconds it took, and where it ran."""
+    (read one after another as one source), the seconds it took, and where it ran.
+
+    Each task runs fresh copies of the nodes, each opened as if for the ``draw``-th
+    time: random operators seeded by ``(seed, epoch)`` draw from ``(seed, draw)``, which
+    the consumer makes differ by epoch and by task (else every task of every epoch would
+    draw the same numbers)."""
     upstream, hole = cloudpickle.loads(job)
     p = _with_source(upstream, hole, parts[0] if len(parts) == 1 else concat(*parts))
+    for node in graph_nodes(p):
+        node.opens.start_at(draw)
     t0 = perf_counter()
     items = asyncio.run(p.collect())
     return items, perf_counter() - t0, _where()
@@ -261,7 +270,8 @@ async def _read_splits(
                 left -= len(idx)
                 in_flight += len(idx)
                 parts = [splits.split(epoch, i) for i in idx]
-                fut = dask.submit(run_split, job, parts, pure=False)
+                draw = (epoch << 32) + idx[0]  # per epoch and task (see run_split)
+                fut = dask.submit(run_split, job, parts, draw, pure=False)
                 task = ctx.run.start(_result(fut), "distribute read")
                 running[task] = (idx, perf_counter(), fut)
 

@@ -192,6 +192,27 @@ def test_max_outstanding_bounds_the_batches_in_flight_to_a_slow_consumer(client,
     assert taken <= 64
 
 
+def test_random_operators_before_distribute_draw_anew_in_each_epoch_and_task(client):
+    # a range of 64 * 256 items has splits of 64; 128 elements outstanding with 64 items a
+    # split: one split per task. Seeded shuffles before distribute, as tf.data's
+    # reshuffle_each_iteration: a new order in each epoch, and tasks don't repeat one
+    p = af.range(64 * 256).shuffle(64, seed=3).distribute(client, max_outstanding=128)
+
+    def orders() -> dict[int, tuple[int, ...]]:
+        got: dict[int, list[int]] = {}
+        with p.iter() as it:
+            for x in it:
+                got.setdefault(x // 64, []).append(x % 64)
+                if sum(len(v) == 64 for v in got.values()) >= 8:
+                    break
+        return {s: tuple(v) for s, v in got.items() if len(v) == 64}
+
+    e0, e1 = orders(), orders()
+    assert len(set(e0.values())) == len(e0)  # each split of an epoch in its own order
+    common = e0.keys() & e1.keys()
+    assert common and all(e0[s] != e1[s] for s in common)
+
+
 def test_leaving_epochs_early_closes_their_clients_every_time(client):
     # a run closing cancels its tasks from several sides; the epoch's Dask client must
     # still close (an open one keeps its sockets: the guard counts fds)
