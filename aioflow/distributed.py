@@ -3,9 +3,10 @@
 Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
 (``_splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
 as the epoch goes, fewer near the epoch's end), runs the part before ``distribute`` over
-them on a worker and returns their items. A consumer keeps at most ``max_outstanding``
-tasks submitted or waiting to be read and submits the next as soon as one is read, so
-the scheduler hands work to whichever worker is free (a fast worker takes more).
+them on a worker and returns their items. A consumer keeps two tasks per worker thread
+submitted or waiting to be read (``max_outstanding`` also bounds the elements in them)
+and submits the next as soon as one is read, so the scheduler hands work to whichever
+worker is free (a fast worker takes more).
 Everything that moves between machines is Dask's: its scheduler, its comms (numpy arrays
 travel as out-of-band pickle buffers), its failure detection. Each epoch connects a
 ``Client`` of its own on the run's loop (to the given client's scheduler) and closes it
