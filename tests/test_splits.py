@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import aioflow as af
 from aioflow._splits import IndexSplits, range_split_size
@@ -101,3 +103,32 @@ def test_a_budget_of_elements_bounds_the_splits_in_flight():
     assert sizes == [2, 2, 2, 2] and running * 2 == 16
     sizer.done(1, 40, 0.001)  # a split larger than the whole budget: one at a time
     assert sizer.size(100, 0) == 1 and sizer.size(100, 1) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.integers(0, 400),
+    window=st.integers(1, 8),
+    budget=st.none() | st.integers(1, 300),
+    per_split=st.lists(st.integers(0, 80), min_size=1, max_size=4),
+    seconds=st.floats(1e-5, 0.5),
+    order=st.randoms(use_true_random=False),
+)
+def test_a_sizers_tasks_cover_the_epoch_within_the_window_and_budget(
+    total, window, budget, per_split, seconds, order
+):
+    """Simulated epochs: every split goes out once, the consumer never stalls with splits
+    left and nothing running, at most ``window`` tasks are out, and with a budget the
+    elements out stay within it (but for one lone task, the least that can go)."""
+    sizer = _Sizer(window, budget)
+    left, out = total, []  # tasks out: their split counts
+    while left or out:
+        while len(out) < window and (k := sizer.size(left, sum(out))) > 0:
+            assert k <= left
+            out.append(k)
+            left -= k
+            if budget is not None and sizer.most is not None and len(out) > 1:
+                assert sum(out) * max(sizer.most, 1) <= budget
+        assert out, "nothing running while splits are left"
+        k = out.pop(order.randrange(len(out)))  # a task finishes (any of them)
+        sizer.done(k, k * order.choice(per_split), k * seconds / 10)
