@@ -167,11 +167,11 @@ def test_a_slow_consumer_holds_back_the_workers(client, tmp_path):
         next(it)
         time.sleep(1.0)  # time for the cluster to run ahead, if it would
         made = len(os.listdir(tmp_path))
-    # bounded, not the 20,000 splits of the epoch: 2 tasks outstanding and 1 submitted as
-    # one is read, and the tasks' results that the channels to the consumer hold (2 in
-    # distribute's, 4 in the thread hand-off, 4 taken by the consumer at once), each task
-    # at most 64 splits
-    assert made <= 16 * 64
+    # bounded, not the 20,000 splits of the epoch: a split (64 items) is more than
+    # max_outstanding, so one split at a time is out, and the channels to the consumer
+    # hold a few more already read (2 chunks in distribute's, 4 in the thread hand-off, 4
+    # taken by the consumer at once: a chunk is one split's items here)
+    assert made <= 16
 
 
 def test_max_outstanding_bounds_the_batches_in_flight_to_a_slow_consumer(client, tmp_path):
