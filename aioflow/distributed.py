@@ -6,11 +6,11 @@ as the epoch goes, fewer near the epoch's end), runs the part before ``distribut
 them on a worker and returns their items. A consumer keeps two tasks per worker thread
 submitted or waiting to be read (``max_outstanding`` also bounds the elements in them)
 and submits the next as soon as one is read, so the scheduler hands work to whichever
-worker is free (a fast worker takes more).
-Everything that moves between machines is Dask's: its scheduler, its comms (numpy arrays
-travel as out-of-band pickle buffers), its failure detection. Each epoch connects a
-``Client`` of its own on the run's loop (to the given client's scheduler) and closes it
-when the run ends, which releases whatever the epoch still had on the cluster.
+worker is free (a fast worker takes more). Everything that moves between machines is
+Dask's: its scheduler, its comms (numpy arrays travel as out-of-band pickle buffers), its
+failure detection. Each epoch connects a ``Client`` of its own on the run's loop (to the
+given client's scheduler) and closes it when the run ends, which releases whatever the
+epoch still had on the cluster.
 
 Exactly once per epoch: a task's items reach the consumer only when it has finished, as
 one result. A worker that dies takes its unfinished tasks with it and the scheduler runs
@@ -28,7 +28,6 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from concurrent.futures import CancelledError as FutureCancelled
-from itertools import islice
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -258,18 +257,16 @@ async def _read_splits(
         window = await _window(dask, consumers)
         ctx.meter.concurrency = meters.overhead.concurrency = window
         sizer = _Sizer(window, budget)
-        todo = iter(mine)
-        left = len(mine)
-        in_flight = 0  # splits submitted and not yet read
+        sent = 0  # of `mine`, the splits submitted so far
 
         def fill() -> None:
-            nonlocal left, in_flight
+            nonlocal sent
             while len(running) < window:
-                idx = list(islice(todo, sizer.size(left, in_flight)))
+                in_flight = sum(len(r[0]) for r in running.values())  # not yet read
+                idx = list(mine[sent : sent + sizer.size(len(mine) - sent, in_flight)])
                 if not idx:
                     return
-                left -= len(idx)
-                in_flight += len(idx)
+                sent += len(idx)
                 parts = [splits.split(epoch, i) for i in idx]
                 draw = (epoch << 32) + idx[0]  # per epoch and task (see run_split)
                 fut = dask.submit(run_split, job, parts, draw, pure=False)
@@ -288,7 +285,6 @@ async def _read_splits(
                         raise
                     err = _split_error(e, idx, address)
                     raise err from (None if err is e else e)
-                in_flight -= len(idx)
                 sizer.done(len(idx), len(items), compute)
                 fill()
                 meters.split_done(where, len(items), compute, perf_counter() - t0)

@@ -134,6 +134,11 @@ def local_path(path: str) -> str:
     return path[len("file://") :] if path.lower().startswith("file://") else path
 
 
+def local_read(load: Callable[[str], Any], path: str) -> Callable[[], Any] | None:
+    """``load`` of ``path`` as a call of no arguments, if it is local (None for a URL)."""
+    return None if is_url(path) else functools.partial(load, local_path(path))
+
+
 def check_path(path: Any, what: str) -> str:
     """A reader's path argument as a ``str`` (``os.PathLike`` accepted)."""
     if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
@@ -337,7 +342,7 @@ def reader(
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         return gen(p, ctx, _policy(ctx, on_error))
 
-    one = None if load is None or is_url(p) else functools.partial(load, local_path(p))
+    one = None if load is None else local_read(load, p)
     return Node(
         name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK, load=one
     )

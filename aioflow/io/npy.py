@@ -16,7 +16,6 @@ than the file is ``BadInput`` before anything is allocated.
 from __future__ import annotations
 
 import asyncio
-import functools
 import io
 import os
 import re
@@ -30,7 +29,7 @@ from .._base import pipeline_of
 from .._calls import ErrorPolicy
 from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx
 from ..errors import BadInput
-from ._streams import bad_input, is_url, local_path, reader
+from ._streams import bad_input, is_url, local_path, local_read, reader
 from .files import read_all
 
 if TYPE_CHECKING:
@@ -293,9 +292,7 @@ def _direct_load(path: Any) -> Callable[[], np.ndarray[Any, Any]] | None:
         p = os.fspath(path)
     except Exception:
         return None
-    if not isinstance(p, str) or is_url(p):
-        return None
-    return functools.partial(_load_local, local_path(p))
+    return local_read(_load_local, p) if isinstance(p, str) else None
 
 
 read_npy.direct_load = _direct_load  # type: ignore[attr-defined]
