@@ -68,11 +68,12 @@ def make_calls(
     timeout: float | None,
     ordered: bool,
     ctx: Ctx,
+    columns: int = 0,
 ) -> Calls:
     """The kind of calls of a concurrent map (made when it starts: a pool is the run's)."""
     if executor == "process":
         # the pool enforces the timeout itself: it kills the worker of a hung call
-        return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered))
+        return _PoolCalls(fn, run_process_pool(ctx, concurrency, timeout, ordered), columns)
     ex = resolve_executor(executor, concurrency, ctx, timeout)
     if ex is not None and ex is executor and timeout is None:
         # the caller's Executor: batches (with a timeout, each item is a call of its own)
@@ -216,20 +217,24 @@ class _ExecutorBatches(Calls):
 
 
 class _PoolCalls(Calls):
-    """Batches of items sent to the run's process pool (``_procs.ProcessPool``)."""
+    """Batches of items sent to the run's process pool (``_procs.ProcessPool``); with
+    ``columns=n``, batches of ``n`` whose results the worker stacks (``_columns``)."""
 
     batched = True
 
-    def __init__(self, fn: Callable[[Any], Any], pool: ProcessPool) -> None:
+    def __init__(self, fn: Callable[[Any], Any], pool: ProcessPool, columns: int = 0) -> None:
         self.pool = pool
         self.fn_id = pool.register(fn)
         self.slots = pool.slots
         self.workers = pool.slots // pool.depth
+        self.columns = columns
 
     def size(self) -> int:
-        return self.pool.batch_size()
+        return self.columns or self.pool.batch_size()
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
+        if self.columns:
+            return self.pool.submit(self.fn_id, items, pos, stack=True)
         return self.pool.submit(self.fn_id, items, pos)
 
 

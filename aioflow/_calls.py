@@ -20,6 +20,7 @@ from typing import Any, cast
 from ._autotune import HillClimber, Limiter
 from ._call_kinds import Calls, make_calls, resolve_executor
 from ._check import check_concurrency, fn_name
+from ._columns import Rows
 from ._ctx import Ctx
 from ._graph import CHUNK_MAX, ChunkIter
 from ._inline import inline_map
@@ -64,6 +65,7 @@ def concurrent_map(
     timeout: float | None = None,
     post: Callable[[Any, Any], Any] | None = None,
     autotune: bool = False,
+    columns: int = 0,
 ) -> ChunkIter:
     """Up to ``concurrency`` calls of ``fn`` in flight; results in input or completion order.
 
@@ -80,9 +82,14 @@ def concurrent_map(
     still in flight is cancelled and awaited (a thread call that already runs is waited
     for by the pool's close, up to its timeout or ``CLOSE_GRACE``; a process batch by
     killing its worker at run end).
+
+    ``columns=n`` (a process map before ``batch(n)``): each task is the items of one
+    batch, stacked by the worker; its results are one chunk of their own (``Rows``).
     """
-    m = ConcurrentMap(ctx, policy, ordered, post, autotune)
-    return m.results(src, lambda: make_calls(fn, executor, concurrency, timeout, ordered, ctx))
+    m = ConcurrentMap(ctx, policy, ordered, post, autotune, columns)
+    return m.results(
+        src, lambda: make_calls(fn, executor, concurrency, timeout, ordered, ctx, columns)
+    )
 
 
 class ConcurrentMap:
@@ -102,8 +109,10 @@ class ConcurrentMap:
         ordered: bool,
         post: Callable[[Any, Any], Any] | None,
         autotune: bool,
+        columns: int = 0,
     ) -> None:
         self.ctx = ctx
+        self.columns = columns
         self.policy = policy
         self.ordered = ordered
         self.post = post
@@ -117,7 +126,9 @@ class ConcurrentMap:
         self.running = Limiter(calls.slots)
         tune = self.autotune and not calls.batched
         self.climber = HillClimber(self.running, calls.slots) if tune else None
-        self.window = asyncio.Semaphore(calls.slots + min(calls.slots, CHUNK_MAX))
+        # (tasks of a whole batch each: no more out than the pool has slots for)
+        extra = 0 if self.columns else min(calls.slots, CHUNK_MAX)
+        self.window = asyncio.Semaphore(calls.slots + extra)
         # the stats' concurrency: calls in flight, or a process pool's workers
         self.ctx.meter.concurrency = calls.workers or self.running.limit
 
@@ -152,6 +163,14 @@ class ConcurrentMap:
                         raise  # the run's own cancellation; else the call's (a user's) error
                     error = self._failed(pos, items, e)
                 else:
+                    if type(ys) is Rows:  # a stacked task: a chunk of its own, for batch
+                        self.window.release()
+                        self.received += 1
+                        if out:
+                            yield out
+                            out = []
+                        yield ys
+                        continue
                     error = self._outputs(pos, items, ys, out)
                 if error is not None:
                     if out:
@@ -206,6 +225,8 @@ class ConcurrentMap:
         input's error) goes after the calls started."""
         pos = 0
         calls, window, running = self.calls, self.window, self.running
+        if self.columns:
+            src = batches_of(src, self.columns)
         try:
             async with aclosing(src):
                 async for chunk in src:
@@ -273,3 +294,21 @@ class ConcurrentMap:
                 f = entry[2]
                 if f.done() and not f.cancelled():
                     f.exception()
+
+
+async def batches_of(src: ChunkIter, n: int) -> ChunkIter:
+    """``src``'s items in chunks of ``n`` (the last may be short); before an error, those read."""
+    part: list[Any] = []
+    async with aclosing(src):
+        try:
+            async for chunk in src:
+                part.extend(chunk)
+                while len(part) >= n:
+                    yield part[:n]
+                    del part[:n]
+        except Exception:
+            if part:
+                yield part
+            raise
+    if part:
+        yield part

@@ -124,6 +124,9 @@ class Node:
     # a process map's pool, started when a run of its pipeline starts (``_procs.prestart``):
     # (fn, workers, timeout, ordered)
     pool: tuple[Any, int, float | None, bool] | None = field(default=None, compare=False)
+    # a process map's node made anew for the ``batch(n)`` right after it: its workers get
+    # tasks of one batch each and stack the results (``_columns``); ``batch`` calls it
+    columns: Callable[[int], Node] | None = field(default=None, compare=False)
 
 
 def graph_nodes(root: Described) -> list[Node]:

@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any
 
 from . import _wire
+from ._columns import rows
 from .errors import StageError, short_repr
 
 __all__ = ["Batch", "one_by_one", "results"]
@@ -24,7 +25,7 @@ class Batch:
 
     __slots__ = (
         "batch", "entries", "failures", "fds", "fn_id", "fut", "id", "items", "n", "pos",
-        "timer",
+        "stack", "timer",
     )  # fmt: skip
 
     def __init__(self, tid: int, fn_id: int, items: list[Any], pos: int, fut: Any) -> None:
@@ -39,6 +40,7 @@ class Batch:
         self.fds: list[int] = []  # shared memory of its items, until sent
         self.failures: dict[int, _wire.Failure] = {}  # items that could not be pickled
         self.timer: asyncio.TimerHandle | None = None
+        self.stack = False  # the worker may answer with the results stacked (_columns)
 
     def drop(self) -> None:
         for fd in self.fds:
@@ -65,7 +67,10 @@ def one_by_one(task: Batch, stage: str) -> None:
 
 
 def results(task: Batch, kind: str, payload: Any, fds: deque[int], stage: str) -> list[Any]:
-    """A worker's answer for a batch: one result or ``Failure`` per item."""
+    """A worker's answer for a batch: one result or ``Failure`` per item (``Rows``, for
+    results the worker stacked)."""
+    if kind == "columns":
+        return _stacked(task, payload, fds, stage)
     if kind == "items":
         out = [_result(task, j, e, fds, stage) for j, e in enumerate(payload)]
     else:
@@ -79,13 +84,25 @@ def _batch_results(task: Batch, payload: Any, fds: deque[int], stage: str) -> li
     try:
         ys = _wire.unpack(payload, fds)
     except Exception as e:
-        what = f"items {task.pos}..{task.pos + task.n - 1}" if task.n > 1 else task.pos
-        err = StageError(
-            f"stage {stage!r}: the results of {what} could not be unpickled here: {e!r}",
-            stage=stage,
-        )
-        return [_wire.Failure(err)] * task.n
+        return _unloadable(task, e, stage)
     return [_failure(y, stage) for y in ys]
+
+
+def _unloadable(task: Batch, e: Exception, stage: str) -> list[Any]:
+    what = f"items {task.pos}..{task.pos + task.n - 1}" if task.n > 1 else task.pos
+    err = StageError(
+        f"stage {stage!r}: the results of {what} could not be unpickled here: {e!r}",
+        stage=stage,
+    )
+    return [_wire.Failure(err)] * task.n
+
+
+def _stacked(task: Batch, payload: Any, fds: deque[int], stage: str) -> list[Any]:
+    try:
+        template, cols = _wire.unpack(payload, fds)
+    except Exception as e:
+        return _unloadable(task, e, stage)
+    return rows(template, cols, task.n)
 
 
 def _result(task: Batch, j: int, entry: Any, fds: deque[int], stage: str) -> Any:

@@ -20,14 +20,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import _wire, _worker
+from . import _columns, _wire, _worker
 
 __all__ = ["Worker"]
 
-_FILES = (_wire.__file__, _worker.__file__)
+_FILES = (_wire.__file__, _columns.__file__, _worker.__file__)
 
-#: What a worker runs: ``_wire`` and ``_worker`` loaded from their files (argv 2 and up),
-#: without the aioflow package: ``_worker``'s ``from ._wire import`` finds the first.
+#: What a worker runs: ``_wire``, ``_columns`` and ``_worker`` loaded from their files (argv
+#: 2 and up), without the aioflow package: ``_worker``'s ``from ._wire import`` finds them.
 _BOOT = (
     "import importlib.util as u, os, sys\n"
     "for f in sys.argv[2:]:\n"

@@ -195,12 +195,16 @@ class ProcessPool:
             return 1
         return max(1, min(self.max_batch, int(TASK_SECONDS / max(self.item_seconds, 1e-7))))
 
-    def submit(self, fn_id: int, items: list[Any], pos: int) -> asyncio.Future[list[Any]]:
-        """Run ``fn`` on ``items`` in a worker: a future of one result or Failure per item."""
+    def submit(
+        self, fn_id: int, items: list[Any], pos: int, *, stack: bool = False
+    ) -> asyncio.Future[list[Any]]:
+        """Run ``fn`` on ``items`` in a worker: a future of one result or Failure per item
+        (with ``stack``: a ``_columns.Rows``, when the worker could stack the results)."""
         if self.broken is not None:
             raise self._died(pos, len(items), running=False)
         assert self.loop is not None
         task = Batch(next(self._ids), fn_id, items, pos, self.loop.create_future())
+        task.stack = stack
         try:
             task.batch = _wire.pack(items, task.fds)
         except Exception:
@@ -283,7 +287,7 @@ class ProcessPool:
             task.drop()
             return
         fn = None if task.fn_id in w.fns else self.fns[task.fn_id][1]
-        w.post((task.id, task.fn_id, fn, task.batch, task.entries), task.fds)
+        w.post((task.id, task.fn_id, fn, task.batch, task.entries, task.stack), task.fds)
         task.fds = []
         w.fns.add(task.fn_id)
         w.tasks.append(task)

@@ -1,20 +1,23 @@
 """The worker process of a ``"process"`` map.
 
-A worker is a fresh interpreter (``python -c``) that loads ``_wire.py`` and this file
-alone, without the ``aioflow`` package and without the user's ``__main__``: it never
-re-runs the user's script. It speaks ``_wire`` on one Unix socket:
+A worker is a fresh interpreter (``python -c``) that loads ``_wire.py``,
+``_columns.py`` and this file alone, without the ``aioflow`` package and without the
+user's ``__main__``: it never re-runs the user's script. It speaks ``_wire`` on one Unix
+socket:
 
 - parent -> worker: first ``("init", sys_path)``, then tasks
-  ``(task_id, fn_id, fn or None, batch, entries)``; the function (cloudpickled, with its
-  name and the source lines of files the worker may lack) is sent with the first task
-  that needs it, or ahead of it as ``("fn", fn_id, fn)``, then cached by ``fn_id``.
+  ``(task_id, fn_id, fn or None, batch, entries, stack)``; the function (cloudpickled,
+  with its name and the source lines of files the worker may lack) is sent with the
+  first task that needs it, or ahead of it as ``("fn", fn_id, fn)``, then cached by
+  ``fn_id``.
 - worker -> parent: ``b"ready"``, then per task ``(task_id, seconds, kind, payload)``.
 
 A bad item fails only itself: when a batch cannot be pickled, or loaded in the worker
 (``kind`` is then ``None``: "send them one by one"), its items travel as ``entries``,
 each pickled on its own (``None`` for one the parent could not pickle); results the
-same way (``kind`` "items"). A worker computes its next batch while a writer thread
-sends the last one's results.
+same way (``kind`` "items"). With ``stack`` (a map before ``batch``), results that all
+succeeded and stack go as columns (``kind`` "columns", see ``_columns``). A worker
+computes its next batch while a writer thread sends the last one's results.
 
 A reader thread takes tasks off the socket; when the socket reaches end-of-file (the
 parent closed it, or died, even by SIGKILL) the reader ends the process at once.
@@ -40,6 +43,7 @@ from typing import Any
 
 import cloudpickle
 
+from ._columns import stack as stack_columns
 from ._wire import SOCKET_BUFFER, Failure, Inbox, decode, encode, pack, send, unpack
 
 __all__ = ["failure_of", "main"]
@@ -92,7 +96,7 @@ def main(fd: int) -> None:
         if msg[0] == "fn":  # sent ahead of the first task: loaded while the parent starts
             fns[msg[1]] = _load_or_fail(msg[2])
             continue
-        task_id, fn_id, fn_blob, batch, entries = msg
+        task_id, fn_id, fn_blob, batch, entries, stack = msg
         fn = fns.get(fn_id)
         if fn is None:
             fn = fns[fn_id] = _load_or_fail(fn_blob)
@@ -104,7 +108,8 @@ def main(fd: int) -> None:
             except Exception:  # some item cannot be loaded here: ask for them one by one
                 reply: Any = (task_id, 0.0, None, None)
             else:
-                reply = (task_id, *_results([_apply(fn, x) for x in items], out_fds, t0))
+                ys = [_apply(fn, x) for x in items]
+                reply = (task_id, *_results(ys, out_fds, t0, stack))
         else:
             # (None: an item the parent could not pickle, and has the error of)
             ys = [None if e is None else _apply(fn, _load(e, fds)) for e in entries]
@@ -138,15 +143,34 @@ def _apply(fn: Callable[[Any], Any] | Failure, x: Any) -> Any:
         return failure_of(e)
 
 
-def _results(ys: list[Any], fds: list[int], t0: float) -> tuple[float, str, Any]:
+def _results(
+    ys: list[Any], fds: list[int], t0: float, stack: bool = False
+) -> tuple[float, str, Any]:
     """(seconds, kind, payload): the results pickled at once (plain pickle, else
-    cloudpickle), or one by one so that one that cannot be sent fails only itself."""
+    cloudpickle), or one by one so that one that cannot be sent fails only itself; with
+    ``stack``, stacked in columns first when they all succeeded and stack (``_columns``)."""
+    stacked = _stacked(ys) if stack else None
+    if stacked is not None:
+        for dumps in (pickle.dumps, cloudpickle.dumps):
+            try:
+                return time.perf_counter() - t0, "columns", pack(stacked, fds, dumps)
+            except Exception:
+                pass
     for dumps in (pickle.dumps, cloudpickle.dumps):
         try:
             return time.perf_counter() - t0, "batch", pack(ys, fds, dumps)
         except Exception:
             pass
     return time.perf_counter() - t0, "items", [_pack_one(y, fds) for y in ys]
+
+
+def _stacked(ys: list[Any]) -> Any:
+    if any(type(y) is Failure for y in ys):
+        return None
+    try:
+        return stack_columns(ys)
+    except Exception:  # (an array numpy cannot stack: sent item by item)
+        return None
 
 
 def _pack_one(y: Any, fds: list[int]) -> Any:

@@ -10,14 +10,23 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ._base import pipeline_of
 from ._check import check_int, is_int
+from ._columns import Rows, collated
 from ._logs import chunkwise
 from ._policy import call, each, each_into
 from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
 from ._state import LOGGED, per_batch
-from .collate import default_collate, keep_list, pad_collate, resolve_collate, split_rows
+from .collate import (
+    STACKED,
+    default_collate,
+    keep_list,
+    pad_collate,
+    resolve_collate,
+    split_rows,
+)
 from .errors import PipelineError
 
 if TYPE_CHECKING:
@@ -27,10 +36,21 @@ __all__: list[str] = []  # the operators are Pipeline methods; af.default_collat
 
 
 def batch_node(up: Pipeline[Any], size: int, drop_remainder: bool, collate: Any) -> Node:
-    """``batch``: ``size`` consecutive items collated into one."""
+    """``batch``: ``size`` consecutive items collated into one.
+
+    Right after a process map, with a collate that can (``STACKED``), the map is made
+    anew to give its workers one batch per task and have them stack the results; each
+    such task reaching this node as a whole batch is collated from its columns.
+    """
     check_int("batch size", size, 1, want="a positive int")
     fn = resolve_collate(collate)
-    return _batch_node(up, "batch", size, drop_remainder, fn, (size, drop_remainder, collate))
+    array = STACKED.get(fn)
+    stacked = up._node.columns
+    if array is not None and stacked is not None:
+        up = pipeline_of(stacked(size))
+    return _batch_node(
+        up, "batch", size, drop_remainder, fn, (size, drop_remainder, collate), array
+    )
 
 
 def _batch_node(
@@ -40,11 +60,12 @@ def _batch_node(
     drop_remainder: bool,
     fn: Callable[[Sequence[Any]], Any],
     key: tuple[Any, ...],
+    array: Callable[[Any], Any] | None = None,
 ) -> Node:
     """The node of ``batch`` and ``padded_batch``: they differ only in their collate."""
     return Node(
         f"{name}({size})",
-        _batches(size, drop_remainder, fn),
+        _batches(size, drop_remainder, fn, array),
         inputs=(up,),
         card=_card_batch(size, drop_remainder),
         holds=size,
@@ -54,14 +75,34 @@ def _batch_node(
     )
 
 
-def _batches(size: int, drop_remainder: bool, fn: Callable[[Sequence[Any]], Any]) -> Build:
-    """The build of ``batch``, and of the batches of ``padded_batch`` and ``rebatch``."""
+def _batches(
+    size: int,
+    drop_remainder: bool,
+    fn: Callable[[Sequence[Any]], Any],
+    array: Callable[[Any], Any] | None = None,
+) -> Build:
+    """The build of ``batch``, and of the batches of ``padded_batch`` and ``rebatch``.
+
+    ``array``: ``fn`` can make a batch of stacked columns (``_columns.Rows``), an array
+    column becoming ``array(column)``; a ``Rows`` that is a whole batch is made so.
+    """
+
+    def from_columns(r: Sequence[Any]) -> Any:
+        assert array is not None
+        return collated(cast(Rows, r), array, cast(Callable[[list[Any]], Any], fn))
 
     async def batch(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         buf: list[Any] = []
         nb = 0
         async with aclosing(src):
             async for chunk in src:
+                if array is not None and not buf and len(chunk) == size and type(chunk) is Rows:
+                    out, err = each(from_columns, [chunk], ctx.name, nb)
+                    if err is not None:
+                        raise err
+                    nb += 1
+                    yield out
+                    continue
                 if buf:
                     buf.extend(chunk)
                 else:

@@ -18,6 +18,7 @@ from .errors import PipelineError
 
 __all__ = [
     "COLLATES",
+    "STACKED",
     "default_collate",
     "keep_list",
     "pad_collate",
@@ -59,6 +60,16 @@ def default_collate(items: Sequence[Any]) -> Any:
 
 def keep_list(items: Sequence[Any]) -> Any:
     return items if isinstance(items, list) else list(items)
+
+
+def _itself(a: Any) -> Any:
+    return a
+
+
+#: The collates ``batch`` can make from a process map's results stacked in its workers
+#: (``_columns``): collate -> what a stacked array field becomes in the batch (every
+#: other field is the collate of its values). ``integrations.torch`` adds its own.
+STACKED: dict[Callable[[Sequence[Any]], Any], Callable[[Any], Any]] = {default_collate: _itself}
 
 
 #: ``batch(collate=NAME)``: NAME -> "module:factory"; the factory imports its library

@@ -50,12 +50,15 @@ def map_node(
     on_error: str | int,
     timeout: float | None,
     keep: bool = False,
+    columns: int = 0,
 ) -> Node:
     """The node of ``map`` (``keep=False``) and ``filter`` (``keep=True``).
 
     A sync ``fn`` with no knobs runs inline in the stage before it; an async one
     with none runs as calls on the loop, in that stage too; any knob gives the stage a
-    task of its own, with ``slots`` calls in flight.
+    task of its own, with ``slots`` calls in flight. A process map without ``timeout``
+    can be made again for the ``batch(n)`` after it (``Node.columns``): ``columns=n``
+    sends its workers one batch's items per task, stacked there (``_columns``).
     """
     is_async = _check_call(fn, concurrency, executor, on_error, timeout)
     task = concurrency != 1 or executor is not None or timeout is not None
@@ -79,7 +82,16 @@ def map_node(
             timeout=timeout,
             post=post,
             autotune=concurrency == AUTOTUNE,
+            columns=columns,
         )
+
+    stacks = executor == "process" and not keep and timeout is None and not columns
+
+    def stackable(n: int) -> Node:
+        return map_node(
+            up, fn, concurrency=concurrency, executor=executor, ordered=ordered,
+            on_error=on_error, timeout=timeout, columns=n,
+        )  # fmt: skip
 
     resume = call_resume(keep, ordered, on_error)
     made: Build = build
@@ -91,10 +103,12 @@ def map_node(
         inputs=(up,),
         card=_card_filter if keep else _card_same,
         task=task,
-        holds=2 * slots + CHUNK_MAX,
+        # (a stacked map has a task of ``columns`` items out per pool slot: 2 a worker)
+        holds=2 * slots * max(1, columns) + CHUNK_MAX,
         key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
         resume=resume,
         pool=(fn, slots, timeout, ordered) if executor == "process" else None,
+        columns=stackable if stacks else None,
     )
 
 

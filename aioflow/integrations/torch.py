@@ -23,6 +23,7 @@ import numpy as np
 from .._check import check_concurrency
 from .._runtime import CHUNK_MAX, Node
 from ..checkpoint import StatefulLoader
+from ..collate import STACKED
 from ..errors import PipelineError
 from ..sources import Shard, from_iterable, index_source, resolve_shard
 from ..transforms import map_node
@@ -113,6 +114,7 @@ def make_collate() -> Callable[[Sequence[Any]], Any]:
     """``batch(collate="torch")``: imports torch now, so a missing torch fails early."""
     import torch  # noqa: F401
 
+    STACKED[collate] = _tensor_of_array  # a stacked array field: one tensor, no copy
     return collate
 
 

@@ -12,6 +12,7 @@ import os
 import resource
 import signal
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -86,3 +87,23 @@ def kill_self_at_3(x: int) -> int:
 def mb_array(x: int) -> np.ndarray:
     """1 MiB: quick to make, so many of them travel in one batch."""
     return np.full(1 << 17, x, dtype=np.int64)
+
+
+Meta = namedtuple("Meta", "index name")
+
+
+def sample(x: int) -> dict[str, object]:
+    """A training sample: a 24 KiB image, a label, and a namedtuple of an index and a name."""
+    return {"img": np.full((3, 32, 64), x, np.float32), "label": x % 10, "meta": Meta(x, f"s{x}")}
+
+
+def sample_but_3_mod_7(x: int) -> dict[str, object]:
+    if x % 7 == 3:
+        raise Boom("process", x)
+    return sample(x)
+
+
+def sample_but_20(x: int) -> dict[str, object]:
+    if x == 20:
+        raise Boom("process", x)
+    return sample(x)

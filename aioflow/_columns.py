@@ -1,0 +1,149 @@
+"""A process map's results stacked in the worker, for the ``batch`` right after it.
+
+``map(fn, executor="process").batch(n)`` sends its workers tasks of exactly one batch's
+items (``tf.data``'s map-and-batch fusion; DataLoader's workers collate likewise). A
+worker stacks the task's results column by column (``stack``): every numpy array
+field becomes one array of ``n`` rows, which reaches the parent in one piece of shared
+memory instead of ``n`` pickled copies. The parent rebuilds the items as ``Rows``
+(each array a row view of its column), so every stage sees the same items as without
+it; ``batch``, when a ``Rows`` is exactly its next batch, collates it from the columns
+(``collated``) without stacking the items again.
+
+Stacking is all or nothing: every result must have the first one's structure (the
+same ``dict`` keys, ``tuple``/``list`` lengths and namedtuple types) and each array
+field the first one's shape and dtype, with at least one array field; otherwise, or
+when a result is a failure, the task answers item by item as any other. An array field
+is a plain ``np.ndarray`` of a native byte order and no objects in the first result;
+other fields (numbers, strings, objects, other arrays) travel as a list of the items'
+own values, collated as a list, as they would be without stacking.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Rows", "collated", "rows", "stack"]
+
+# a template is the first result with each field replaced by its column's index:
+# ("a", i) an array column, ("o", i) a list column; containers as
+# ("d", keys, parts), ("t", parts), ("n", namedtuple type, parts), ("l", parts)
+Template = tuple[Any, ...]
+
+
+class Rows(list[Any]):
+    """A stacked task's results as items (row views), with the columns they came from."""
+
+    __slots__ = ("cols", "template")
+
+    template: Template
+    cols: list[Any]
+
+
+def stack(ys: list[Any]) -> tuple[Template, list[Any]] | None:
+    """``(template, columns)`` of the results, or None when they do not stack."""
+    np = sys.modules.get("numpy")  # (no array can be among them without it loaded)
+    if np is None or not ys:
+        return None
+    leaves: list[list[Any]] = []
+    kinds: list[str] = []
+    template = _shape(ys[0], leaves, kinds, np)
+    if "a" not in kinds:
+        return None
+    for y in ys[1:]:
+        if not _match(y, template, leaves, np):
+            return None
+    cols: list[Any] = []
+    for kind, col in zip(kinds, leaves, strict=True):
+        cols.append(np.stack(col) if kind == "a" else col)
+    return template, cols
+
+
+def _shape(y: Any, leaves: list[list[Any]], kinds: list[str], np: Any) -> Template:
+    t = type(y)
+    if t is dict:
+        keys = tuple(y)
+        return ("d", keys, tuple(_shape(y[k], leaves, kinds, np) for k in keys))
+    if t is tuple:
+        return ("t", tuple(_shape(v, leaves, kinds, np) for v in y))
+    if t is list:
+        return ("l", tuple(_shape(v, leaves, kinds, np) for v in y))
+    if issubclass(t, tuple) and hasattr(t, "_fields"):
+        return ("n", t, tuple(_shape(v, leaves, kinds, np) for v in y))
+    leaves.append([y])
+    if t is np.ndarray and y.dtype.isnative and not y.dtype.hasobject:
+        kinds.append("a")
+        return ("a", len(leaves) - 1, y.shape, y.dtype)
+    kinds.append("o")
+    return ("o", len(leaves) - 1)
+
+
+def _match(y: Any, tpl: Template, leaves: list[list[Any]], np: Any) -> bool:
+    tag = tpl[0]
+    t = type(y)
+    if tag == "a":
+        if t is not np.ndarray or y.shape != tpl[2] or y.dtype != tpl[3]:
+            return False
+        leaves[tpl[1]].append(y)
+        return True
+    if tag == "o":  # (any value: its column is collated as a list, as without stacking)
+        leaves[tpl[1]].append(y)
+        return True
+    if tag == "d":
+        if t is not dict or tuple(y) != tpl[1]:
+            return False
+        return all(_match(y[k], p, leaves, np) for k, p in zip(tpl[1], tpl[2], strict=True))
+    parts = tpl[-1]
+    want = {"t": tuple, "l": list}.get(tag) or tpl[1]
+    if t is not want or len(y) != len(parts):
+        return False
+    return all(_match(v, p, leaves, np) for v, p in zip(y, parts, strict=True))
+
+
+def rows(template: Template, cols: list[Any], n: int) -> Rows:
+    """The ``n`` items of stacked columns: arrays as row views, other fields as sent."""
+    out = Rows(_row(template, cols, i) for i in range(n))
+    out.template = template
+    out.cols = cols
+    return out
+
+
+def _row(tpl: Template, cols: list[Any], i: int) -> Any:
+    tag = tpl[0]
+    if tag == "a":
+        return cols[tpl[1]][i, ...]  # (an array even for a 0-d row)
+    if tag == "o":
+        return cols[tpl[1]][i]
+    if tag == "d":
+        return {k: _row(p, cols, i) for k, p in zip(tpl[1], tpl[2], strict=True)}
+    if tag == "t":
+        return tuple(_row(p, cols, i) for p in tpl[1])
+    if tag == "l":
+        return [_row(p, cols, i) for p in tpl[1]]
+    return tpl[1](*(_row(p, cols, i) for p in tpl[2]))
+
+
+def collated(r: Rows, array: Callable[[Any], Any], collate: Callable[[list[Any]], Any]) -> Any:
+    """The batch of ``r``'s items by a field-by-field collate, made from the columns:
+    ``array(column)`` for an array field (the stacked column itself), ``collate(values)``
+    for any other; containers as the collate makes them (dict, tuple, namedtuple, list).
+    """
+    return _collated(r.template, r.cols, array, collate)
+
+
+def _collated(
+    tpl: Template, cols: list[Any], array: Callable[[Any], Any], collate: Callable[[list[Any]], Any]
+) -> Any:
+    tag = tpl[0]
+    if tag == "a":
+        return array(cols[tpl[1]])
+    if tag == "o":
+        return collate(cols[tpl[1]])
+    if tag == "d":
+        return {k: _collated(p, cols, array, collate) for k, p in zip(tpl[1], tpl[2], strict=True)}
+    if tag == "t":
+        return tuple(_collated(p, cols, array, collate) for p in tpl[1])
+    if tag == "l":
+        return [_collated(p, cols, array, collate) for p in tpl[1]]
+    return tpl[1](*(_collated(p, cols, array, collate) for p in tpl[2]))
