@@ -82,11 +82,21 @@ class Failure:
 
 # -- values with their buffers in shared memory ---------------------------------------
 def _memfd(raw: memoryview) -> int | None:
+    """A memfd holding a copy of ``raw``, or None when there is no room for it.
+
+    Written with ``pwrite``: the kernel allocates and fills the pages in one pass (a
+    full disk is an ``OSError`` here, never a SIGBUS later), at under half the cost of
+    ``fallocate`` and a copy through a fresh mapping (its page faults, its unmapping).
+    """
     fd = os.memfd_create("aioflow", os.MFD_CLOEXEC)
     try:
-        os.posix_fallocate(fd, 0, raw.nbytes)  # ENOSPC now rather than SIGBUS on write
-        with mmap.mmap(fd, raw.nbytes) as m:
-            m[:] = raw
+        view = raw.cast("B")
+        done, n = 0, view.nbytes
+        while done < n:
+            wrote = os.pwrite(fd, view[done:], done)
+            if wrote <= 0:
+                raise OSError("memfd: nothing written")
+            done += wrote
     except OSError:
         os.close(fd)
         return None

@@ -3,12 +3,14 @@ Unix socket, their buffers out of band, long bodies received in place."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
 from collections import deque
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +85,33 @@ def test_a_batch_travels_as_its_pickle_and_one_blob_of_its_arrays_out_of_band():
     ys = _wire.unpack(got, deque())
     assert n == 7 and np.array_equal(ys[0], np.ones(1000)) and ys[1:3] == ["a", 2]
     assert np.array_equal(ys[3], np.arange(10))
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="no memfd on this platform")
+def test_large_arrays_go_to_shared_memory_and_with_no_room_there_beside_the_pickle(
+    monkeypatch,
+):
+    big = [np.arange(40_000, dtype=np.int64), np.full(20_000, 7, np.int64)]  # 320, 160 KB
+    fds: list[int] = []
+    payload = _wire.pack(big, fds)
+    assert payload[1] == [320_000, 160_000] and len(fds) == 2
+    ys = _wire.unpack(payload, deque(fds))
+    assert all(np.array_equal(y, x) for x, y in zip(big, ys, strict=True))
+
+    def full(*args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    before = _open_fds()
+    fds = []
+    payload = _wire.pack(big, fds)
+    assert fds == [] and payload[1] == [-320_000, -160_000] and _open_fds() == before
+    ys = _wire.unpack(payload, deque())
+    assert all(np.array_equal(y, x) for x, y in zip(big, ys, strict=True))
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
 
 
 def test_an_array_changed_after_it_was_packed_arrives_as_it_was():
