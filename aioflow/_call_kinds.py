@@ -29,7 +29,17 @@ from ._wire import Failure
 from ._worker import failure_of
 from .errors import PipelineError, StageError, control_flow_error
 
-__all__ = ["EXECUTOR_BATCH_SECONDS", "Calls", "make_calls", "resolve_executor"]
+__all__ = [
+    "EXECUTOR_BATCH_SECONDS",
+    "STACKED_TASK_SECONDS",
+    "Calls",
+    "make_calls",
+    "resolve_executor",
+]
+
+#: A call of a process map before ``batch`` holds about this much work (or one batch):
+#: long enough that a batch of cheap items is one call, stacked and sent as one piece.
+STACKED_TASK_SECONDS = 0.05
 
 #: A batch sent to a caller's Executor holds about this much work: long enough to make a
 #: Dask scheduler's per-task cost (~1 ms) small, short enough to spread over its workers.
@@ -218,7 +228,8 @@ class _ExecutorBatches(Calls):
 
 class _PoolCalls(Calls):
     """Batches of items sent to the run's process pool (``_procs.ProcessPool``); with
-    ``columns=n``, batches of ``n`` whose results the worker stacks (``_columns``)."""
+    ``columns=n``, parts of the batches of ``n`` (never two batches' items in one call),
+    whose results the worker stacks (``_columns``)."""
 
     batched = True
 
@@ -230,7 +241,15 @@ class _PoolCalls(Calls):
         self.columns = columns
 
     def size(self) -> int:
-        return self.columns or self.pool.batch_size()
+        if not self.columns:
+            return self.pool.batch_size()
+        # a whole batch until a call is timed (as DataLoader's workers: the first batch is
+        # one worker's, not waiting for the slowest to start); then ~STACKED_TASK_SECONDS
+        # of work, so that slow items spread over the workers
+        s = self.pool.item_seconds
+        if s is None:
+            return self.columns
+        return max(1, min(self.columns, int(STACKED_TASK_SECONDS / max(s, 1e-7))))
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
         if self.columns:

@@ -83,8 +83,9 @@ def concurrent_map(
     for by the pool's close, up to its timeout or ``CLOSE_GRACE``; a process batch by
     killing its worker at run end).
 
-    ``columns=n`` (a process map before ``batch(n)``): each task is the items of one
-    batch, stacked by the worker; its results are one chunk of their own (``Rows``).
+    ``columns=n`` (a process map before ``batch(n)``): a call takes items of one batch
+    only (``batches_of``), the worker stacks its results, and they are one chunk of their
+    own (``Rows``).
     """
     m = ConcurrentMap(ctx, policy, ordered, post, autotune, columns)
     return m.results(

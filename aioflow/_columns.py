@@ -1,13 +1,14 @@
 """A process map's results stacked in the worker, for the ``batch`` right after it.
 
-``map(fn, executor="process").batch(n)`` sends its workers tasks of exactly one batch's
-items (``tf.data``'s map-and-batch fusion; DataLoader's workers collate likewise). A
-worker stacks the task's results column by column (``stack``): every numpy array
-field becomes one array of ``n`` rows, which reaches the parent in one piece of shared
-memory instead of ``n`` pickled copies. The parent rebuilds the items as ``Rows``
-(each array a row view of its column), so every stage sees the same items as without
-it; ``batch``, when a ``Rows`` is exactly its next batch, collates it from the columns
-(``collated``) without stacking the items again.
+``map(fn, executor="process").batch(n)`` sends its workers tasks that each hold items of
+one batch only, a whole batch when items are cheap (``tf.data``'s map-and-batch fusion;
+DataLoader's workers collate likewise). A worker stacks a task's results column by
+column (``stack``): every numpy array field becomes one array, which reaches the parent
+in one piece of shared memory instead of a pickled copy per item. The parent rebuilds
+the items as ``Rows`` (each array a row view of its column), so every stage sees the
+same items as without it; ``batch``, when ``Rows`` make up exactly its next batch,
+collates it from their columns (``joined``, ``collated``) without stacking the items
+again.
 
 Stacking is all or nothing: every result must have the first one's structure (the
 same ``dict`` keys, ``tuple``/``list`` lengths and namedtuple types) and each array
@@ -24,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Rows", "collated", "rows", "stack"]
+__all__ = ["Rows", "collated", "joined", "rows", "stack"]
 
 # a template is the first result with each field replaced by its column's index:
 # ("a", i) an array column, ("o", i) a list column; containers as
@@ -124,12 +125,35 @@ def _row(tpl: Template, cols: list[Any], i: int) -> Any:
     return tpl[1](*(_row(p, cols, i) for p in tpl[2]))
 
 
-def collated(r: Rows, array: Callable[[Any], Any], collate: Callable[[list[Any]], Any]) -> Any:
-    """The batch of ``r``'s items by a field-by-field collate, made from the columns:
+def joined(parts: list[Rows]) -> tuple[Template, list[Any]] | None:
+    """The template and columns of consecutive ``Rows`` (their arrays concatenated: one
+    copy, unless there is one part), or None when they were stacked differently."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first.template, first.cols
+    if any(p.template != first.template for p in parts[1:]):
+        return None
+    np = sys.modules["numpy"]
+    cols: list[Any] = []
+    for i, col in enumerate(first.cols):
+        if isinstance(col, list):
+            cols.append([x for p in parts for x in p.cols[i]])
+        else:
+            cols.append(np.concatenate([p.cols[i] for p in parts]))
+    return first.template, cols
+
+
+def collated(
+    template: Template,
+    cols: list[Any],
+    array: Callable[[Any], Any],
+    collate: Callable[[list[Any]], Any],
+) -> Any:
+    """The batch of stacked items by a field-by-field collate, made from their columns:
     ``array(column)`` for an array field (the stacked column itself), ``collate(values)``
     for any other; containers as the collate makes them (dict, tuple, namedtuple, list).
     """
-    return _collated(r.template, r.cols, array, collate)
+    return _collated(template, cols, array, collate)
 
 
 def _collated(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._base import pipeline_of
 from ._check import check_int, is_int
-from ._columns import Rows, collated
+from ._columns import Rows, collated, joined
 from ._logs import chunkwise
 from ._policy import call, each, each_into
 from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
@@ -39,8 +39,8 @@ def batch_node(up: Pipeline[Any], size: int, drop_remainder: bool, collate: Any)
     """``batch``: ``size`` consecutive items collated into one.
 
     Right after a process map, with a collate that can (``STACKED``), the map is made
-    anew to give its workers one batch per task and have them stack the results; each
-    such task reaching this node as a whole batch is collated from its columns.
+    anew to give its workers tasks within one batch and have them stack the results;
+    tasks that make up a whole batch are collated from their columns.
     """
     check_int("batch size", size, 1, want="a positive int")
     fn = resolve_collate(collate)
@@ -84,25 +84,41 @@ def _batches(
     """The build of ``batch``, and of the batches of ``padded_batch`` and ``rebatch``.
 
     ``array``: ``fn`` can make a batch of stacked columns (``_columns.Rows``), an array
-    column becoming ``array(column)``; a ``Rows`` that is a whole batch is made so.
+    column becoming ``array(column)``: ``Rows`` chunks that add up to a whole batch (or
+    end the input) are made so, their columns joined; any other chunk among them sends
+    their items the usual way.
     """
 
-    def from_columns(r: Sequence[Any]) -> Any:
+    def from_parts(parts: list[Rows]) -> Any:
         assert array is not None
-        return collated(cast(Rows, r), array, cast(Callable[[list[Any]], Any], fn))
+        both = joined(parts)
+        if both is None:  # (their results stacked differently)
+            return fn([x for p in parts for x in p])
+        return collated(*both, array, cast(Callable[[list[Any]], Any], fn))
 
     async def batch(src: ChunkIter, ctx: Ctx) -> ChunkIter:
         buf: list[Any] = []
+        parts: list[Rows] = []  # stacked chunks of the next batch (buf is empty meanwhile)
+        held = 0  # their items
         nb = 0
         async with aclosing(src):
             async for chunk in src:
-                if array is not None and not buf and len(chunk) == size and type(chunk) is Rows:
-                    out, err = each(from_columns, [chunk], ctx.name, nb)
+                stacked = array is not None and not buf and type(chunk) is Rows
+                if stacked and held + len(chunk) <= size:
+                    parts.append(cast(Rows, chunk))
+                    held += len(chunk)
+                    if held < size:
+                        continue
+                    out, err = each(from_parts, [parts], ctx.name, nb)
+                    parts, held = [], 0
                     if err is not None:
                         raise err
                     nb += 1
                     yield out
                     continue
+                if parts:  # a chunk that does not end them: their items, as any
+                    buf = [x for p in parts for x in p]
+                    parts, held = [], 0
                 if buf:
                     buf.extend(chunk)
                 else:
@@ -119,11 +135,15 @@ def _batches(
                     yield out  # the batches before a failure are delivered first
                 if err is not None:
                     raise err
-            if buf and not drop_remainder:
+            if drop_remainder or not (buf or parts):
+                return
+            if parts:
+                out, err = each(from_parts, [parts], ctx.name, nb)
+            else:
                 out, err = each(fn, [buf], ctx.name, nb)
-                if err is not None:
-                    raise err
-                yield out
+            if err is not None:
+                raise err
+            yield out
 
     return lambda ctx, inputs: batch(inputs[0](), ctx)
 

@@ -58,7 +58,7 @@ def map_node(
     with none runs as calls on the loop, in that stage too; any knob gives the stage a
     task of its own, with ``slots`` calls in flight. A process map without ``timeout``
     can be made again for the ``batch(n)`` after it (``Node.columns``): ``columns=n``
-    sends its workers one batch's items per task, stacked there (``_columns``).
+    sends its workers tasks within one batch, stacked there (``_columns``).
     """
     is_async = _check_call(fn, concurrency, executor, on_error, timeout)
     task = concurrency != 1 or executor is not None or timeout is not None

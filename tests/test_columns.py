@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioflow._columns import Rows, collated, rows, stack
+from aioflow._columns import Rows, collated, joined, rows, stack
 from aioflow.collate import default_collate
 
 Pair = namedtuple("Pair", "a b")
@@ -99,7 +99,7 @@ def test_stacked_rows_are_the_items_and_their_batch_is_the_collates(schema, n):
     r = rows(template, cols, n)
     assert type(r) is Rows and len(r) == n
     assert all(same(x, y) for x, y in zip(r, items, strict=True))
-    assert same(collated(r, lambda a: a, default_collate), default_collate(items))
+    assert same(collated(r.template, r.cols, lambda a: a, default_collate), default_collate(items))
 
 
 @settings(max_examples=100, deadline=None)
@@ -163,5 +163,15 @@ def test_rows_are_views_of_one_stacked_array_per_field():
     assert cols[1] == [0, 1, 2, 3]  # other fields: the items' own values
     r = rows(template, cols, 4)
     assert all(np.shares_memory(x["img"], cols[0]) for x in r)
-    b = collated(r, lambda a: a, default_collate)
+    b = collated(r.template, r.cols, lambda a: a, default_collate)
     assert b["img"] is cols[0] and b["label"].tolist() == [0, 1, 2, 3]
+
+
+def test_consecutive_rows_join_into_one_batch_and_rows_stacked_otherwise_do_not():
+    items = [(np.full(3, i, np.int16), f"n{i}") for i in range(7)]
+    parts = [rows(*stack(items[a:b]), b - a) for a, b in [(0, 1), (1, 4), (4, 7)]]
+    template, cols = joined(parts)
+    assert same(collated(template, cols, lambda a: a, default_collate), default_collate(items))
+    assert joined(parts[:1])[1] is parts[0].cols  # one part: its own columns, no copy
+    other = rows(*stack([(np.zeros(3, np.int32), "x")]), 1)  # another dtype
+    assert joined([parts[0], other]) is None

@@ -107,3 +107,9 @@ def sample_but_20(x: int) -> dict[str, object]:
     if x == 20:
         raise Boom("process", x)
     return sample(x)
+
+
+def slow_sample(x: int) -> tuple[np.ndarray, int]:
+    """30 ms of work: an array of x and the worker's pid."""
+    time.sleep(0.03)
+    return np.full(4, x), os.getpid()
