@@ -28,6 +28,7 @@ import os
 import pickle
 import socket
 import struct
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -143,11 +144,44 @@ def take(fds: deque[int], sizes: list[int]) -> list[memoryview]:
     out = []
     try:
         for fd, n in zip(fds_of, sizes, strict=True):
-            out.append(memoryview(mmap.mmap(fd, n)))
+            out.append(_mapped(fd, n))
     finally:
         for fd in fds_of:
             os.close(fd)
     return out
+
+
+_libc: Any = None
+
+
+def _mapped(fd: int, n: int) -> memoryview:
+    """The ``n`` bytes of ``fd`` mapped (shared, writable), unmapped when no value uses them.
+
+    Not ``mmap.mmap``: its object keeps a duplicate of the descriptor, so every kept
+    result would hold an open file, and a few hundred kept results exhaust the limit.
+    """
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+            ctypes.c_long,
+        ]  # fmt: skip
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _libc = (ctypes, libc)
+    ctypes, libc = _libc
+    flags = mmap.PROT_READ | mmap.PROT_WRITE
+    addr = libc.mmap(None, n, flags, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:  # MAP_FAILED
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    buf = (ctypes.c_ubyte * n).from_address(addr)
+    # (not at exit: the process's end unmaps it, and a value may still be in use then)
+    weakref.finalize(buf, libc.munmap, addr, n).atexit = False
+    return memoryview(buf).cast("B")
 
 
 def unpack(entry: Any, fds: deque[int]) -> Any:

@@ -113,3 +113,8 @@ def slow_sample(x: int) -> tuple[np.ndarray, int]:
     """30 ms of work: an array of x and the worker's pid."""
     time.sleep(0.03)
     return np.full(4, x), os.getpid()
+
+
+def kib64(x: int) -> np.ndarray:
+    """64 KiB: the least that travels in shared memory."""
+    return np.full(8192, x, np.int64)

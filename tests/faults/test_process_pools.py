@@ -195,6 +195,27 @@ def test_arrays_travel_without_named_segments_so_nothing_can_collide_or_leak():
     assert not {n for n in seen if n.startswith(f"aioflow{os.getpid()}")}
 
 
+def test_kept_shared_memory_results_hold_no_descriptor_each():
+    # a mapping made by mmap.mmap keeps a dup of its descriptor: 400 kept results of
+    # 64 KiB under a limit of 256 open files failed with "Too many open files"
+    code = (
+        "import resource, sys\n"
+        "import aioflow as af\n"
+        "from tests.faults import _procfns as fns\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "with af.range(400).map(fns.kib64, executor='process', concurrency=2) as p:\n"
+        "    kept = p.to_list()\n"
+        "    kept += p.batch(2).to_list()\n"
+        "assert [int(a[0]) for a in kept[:400]] == list(range(400)), 'order'\n"
+        "assert [b[:, 0].tolist() for b in kept[400:]] == [[i, i + 1] for i in range(0, 400, 2)]\n"
+        "print('ok', len(kept))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok 600", r.stderr[-3000:]
+
+
 def test_twelve_threads_with_a_process_map_each_all_finish_their_epochs():
     results: list[object] = []
 
