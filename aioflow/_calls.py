@@ -127,7 +127,7 @@ class ConcurrentMap:
         self.running = Limiter(calls.slots)
         tune = self.autotune and not calls.batched
         self.climber = HillClimber(self.running, calls.slots) if tune else None
-        # (tasks of a whole batch each: no more out than the pool has slots for)
+        # (stacked tasks hold up to a batch each: no more out than the pool has slots for)
         extra = 0 if self.columns else min(calls.slots, CHUNK_MAX)
         self.window = asyncio.Semaphore(calls.slots + extra)
         # the stats' concurrency: calls in flight, or a process pool's workers

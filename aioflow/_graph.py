@@ -125,7 +125,7 @@ class Node:
     # (fn, workers, timeout, ordered)
     pool: tuple[Any, int, float | None, bool] | None = field(default=None, compare=False)
     # a process map's node made anew for the ``batch(n)`` right after it: its workers get
-    # tasks of one batch each and stack the results (``_columns``); ``batch`` calls it
+    # tasks within one batch and stack the results (``_columns``); ``batch`` calls it
     columns: Callable[[int], Node] | None = field(default=None, compare=False)
 
 

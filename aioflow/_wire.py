@@ -23,6 +23,7 @@ then the ``PickleBuffer`` objects in it (a batch's ``data`` and ``blob``) as the
 from __future__ import annotations
 
 import array
+import ctypes
 import mmap
 import os
 import pickle
@@ -162,8 +163,6 @@ def _mapped(fd: int, n: int) -> memoryview:
     """
     global _libc
     if _libc is None:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [
@@ -171,8 +170,8 @@ def _mapped(fd: int, n: int) -> memoryview:
             ctypes.c_long,
         ]  # fmt: skip
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        _libc = (ctypes, libc)
-    ctypes, libc = _libc
+        _libc = libc
+    libc = _libc
     flags = mmap.PROT_READ | mmap.PROT_WRITE
     addr = libc.mmap(None, n, flags, mmap.MAP_SHARED, fd, 0)
     if addr is None or addr == ctypes.c_void_p(-1).value:  # MAP_FAILED

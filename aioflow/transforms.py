@@ -103,8 +103,9 @@ def map_node(
         inputs=(up,),
         card=_card_filter if keep else _card_same,
         task=task,
-        # (a stacked map has a task of ``columns`` items out per pool slot: 2 a worker)
-        holds=2 * slots * max(1, columns) + CHUNK_MAX,
+        # (a stacked map has a task of up to ``columns`` items out per pool slot, 2 a
+        # worker, and gathers the next batch's items, up to ``columns``, to cut tasks)
+        holds=2 * slots * max(1, columns) + columns + CHUNK_MAX,
         key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
         resume=resume,
         pool=(fn, slots, timeout, ordered) if executor == "process" else None,
