@@ -16,7 +16,7 @@ field the first one's shape and dtype, with at least one array field; otherwise,
 when a result is a failure, the task answers item by item as any other. An array field
 is a plain ``np.ndarray`` of a native byte order and no objects in the first result;
 other fields (numbers, strings, objects, other arrays) travel as a list of the items'
-own values, collated as a list, as they would be without stacking.
+own values, which the collate gets as it would without stacking.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 __all__ = ["Rows", "collated", "joined", "rows", "stack"]
 
 # a template is the first result with each field replaced by its column's index:
-# ("a", i) an array column, ("o", i) a list column; containers as
+# ("a", i, shape, dtype) an array column, ("o", i) a list column; containers as
 # ("d", keys, parts), ("t", parts), ("n", namedtuple type, parts), ("l", parts)
 Template = tuple[Any, ...]
 
