@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Rows", "collated", "joined", "rows", "stack"]
+__all__ = ["Rows", "collated", "cut", "joined", "rows", "stack"]
 
 # a template is the first result with each field replaced by its column's index:
 # ("a", i, shape, dtype) an array column, ("o", i) a list column; containers as
@@ -123,6 +123,14 @@ def _row(tpl: Template, cols: list[Any], i: int) -> Any:
     if tag == "l":
         return [_row(p, cols, i) for p in tpl[1]]
     return tpl[1](*(_row(p, cols, i) for p in tpl[2]))
+
+
+def cut(r: Rows, start: int, stop: int) -> Rows:
+    """Rows ``start:stop`` of ``r``, with their columns (views of its arrays)."""
+    out = Rows(r[start:stop])
+    out.template = r.template
+    out.cols = [c[start:stop] for c in r.cols]
+    return out
 
 
 def joined(parts: list[Rows]) -> tuple[Template, list[Any]] | None:

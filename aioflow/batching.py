@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._base import pipeline_of
 from ._check import check_int, is_int
-from ._columns import Rows, collated, joined
+from ._columns import Rows, collated, cut, joined
 from ._logs import chunkwise
 from ._policy import call, each, each_into
 from ._runtime import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
@@ -84,9 +84,10 @@ def _batches(
     """The build of ``batch``, and of the batches of ``padded_batch`` and ``rebatch``.
 
     ``array``: ``fn`` can make a batch of stacked columns (``_columns.Rows``), an array
-    column becoming ``array(column)``: ``Rows`` chunks that add up to a whole batch (or
-    end the input) are made so, their columns joined; any other chunk among them sends
-    their items the usual way.
+    column becoming ``array(column)``: a batch (or the input's short last one) of
+    ``Rows`` chunks, cut where a batch ends, is made so, their columns joined. Items
+    that were not stacked make their batch the usual way, ended by the next rows if need
+    be; so after a skipped item the later batches are stacked ones again.
     """
 
     def from_parts(parts: list[Rows]) -> Any:
@@ -97,50 +98,75 @@ def _batches(
         return collated(*both, array, cast(Callable[[list[Any]], Any], fn))
 
     async def batch(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        buf: list[Any] = []
-        parts: list[Rows] = []  # stacked chunks of the next batch (buf is empty meanwhile)
+        buf: list[Any] = []  # items of the next batch
+        parts: list[Rows] = []  # or stacked chunks of it (never both)
         held = 0  # their items
         nb = 0
+
+        def stacked(r: Rows) -> list[tuple[Callable[[Any], Any], Any]]:
+            """The batches a stacked chunk ends (how to make each, of what); the rest of
+            it waits in ``parts``, or its first rows end items waiting in ``buf``."""
+            nonlocal buf, parts, held
+            jobs: list[tuple[Callable[[Any], Any], Any]] = []
+            at = 0
+            while at < len(r):
+                if buf:  # items (a chunk was not stacked): the next rows end their batch
+                    k = min(size - len(buf), len(r) - at)
+                    buf.extend(r[at : at + k])
+                    at += k
+                    if len(buf) == size:
+                        jobs.append((fn, buf))
+                        buf = []
+                    continue
+                k = min(size - held, len(r) - at)
+                parts.append(r if k == len(r) else cut(r, at, at + k))
+                held += k
+                at += k
+                if held == size:
+                    jobs.append((from_parts, parts))
+                    parts, held = [], 0
+            return jobs
+
+        def make(jobs: list[tuple[Callable[[Any], Any], Any]]) -> tuple[list[Any], Any]:
+            """The batches, in order, up to the first that fails (and its error)."""
+            out: list[Any] = []
+            for how, what in jobs:
+                made, err = each(how, [what], ctx.name, nb + len(out))
+                out.extend(made)
+                if err is not None:
+                    return out, err
+            return out, None
+
         async with aclosing(src):
             async for chunk in src:
-                stacked = array is not None and not buf and type(chunk) is Rows
-                if stacked and held + len(chunk) <= size:
-                    parts.append(cast(Rows, chunk))
-                    held += len(chunk)
-                    if held < size:
-                        continue
-                    out, err = each(from_parts, [parts], ctx.name, nb)
-                    parts, held = [], 0
-                    if err is not None:
-                        raise err
-                    nb += 1
-                    yield out
-                    continue
-                if parts:  # a chunk that does not end them: their items, as any
-                    buf = [x for p in parts for x in p]
-                    parts, held = [], 0
-                if buf:
-                    buf.extend(chunk)
+                if array is not None and type(chunk) is Rows:
+                    jobs = stacked(cast(Rows, chunk))
                 else:
-                    buf = chunk
-                if len(buf) < size:
-                    if buf is chunk:
-                        buf = list(chunk)  # chunks are not ours to grow
+                    if parts:  # a chunk that is not stacked: their items, as any
+                        buf = [x for p in parts for x in p]
+                        parts, held = [], 0
+                    if buf:
+                        buf.extend(chunk)
+                    else:
+                        buf = chunk
+                    if len(buf) < size:
+                        if buf is chunk:
+                            buf = list(chunk)  # chunks are not ours to grow
+                        continue
+                    end = len(buf) - len(buf) % size
+                    jobs = [(fn, buf[i : i + size]) for i in range(0, end, size)]
+                    buf = buf[end:]
+                if not jobs:
                     continue
-                end = len(buf) - len(buf) % size
-                out, err = each(fn, [buf[i : i + size] for i in range(0, end, size)], ctx.name, nb)
+                out, err = make(jobs)
                 nb += len(out)
-                buf = buf[end:]
                 if out:
                     yield out  # the batches before a failure are delivered first
                 if err is not None:
                     raise err
             if drop_remainder or not (buf or parts):
                 return
-            if parts:
-                out, err = each(from_parts, [parts], ctx.name, nb)
-            else:
-                out, err = each(fn, [buf], ctx.name, nb)
+            out, err = make([(from_parts, parts)] if parts else [(fn, buf)])
             if err is not None:
                 raise err
             yield out

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioflow._columns import Rows, collated, joined, rows, stack
+from aioflow._columns import Rows, collated, cut, joined, rows, stack
 from aioflow.collate import default_collate
 
 Pair = namedtuple("Pair", "a b")
@@ -175,3 +175,14 @@ def test_consecutive_rows_join_into_one_batch_and_rows_stacked_otherwise_do_not(
     assert joined(parts[:1])[1] is parts[0].cols  # one part: its own columns, no copy
     other = rows(*stack([(np.zeros(3, np.int32), "x")]), 1)  # another dtype
     assert joined([parts[0], other]) is None
+
+
+def test_rows_cut_anywhere_join_back_into_the_batch_of_their_items():
+    items = [{"x": np.full(2, i, np.float32), "i": i} for i in range(10)]
+    r = rows(*stack(items), 10)
+    spans = [(0, 3), (3, 4), (4, 10)]
+    pieces = [cut(r, a, b) for a, b in spans]
+    assert all(same(list(p), items[a:b]) for p, (a, b) in zip(pieces, spans, strict=True))
+    assert all(np.shares_memory(p.cols[0], r.cols[0]) for p in pieces)  # views, no copy
+    both = collated(*joined(pieces), lambda a: a, default_collate)
+    assert same(both, default_collate(items))

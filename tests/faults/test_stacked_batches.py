@@ -79,11 +79,11 @@ def test_slow_items_spread_over_the_workers_and_their_parts_join_into_batches(fr
     assert any(len(set(b[1].tolist())) == 2 for b in got[4:])
 
 
-def test_an_unordered_map_delivers_every_item_once():
-    # (its calls complete in any order: stacked parts of two batches may mix, and a
-    # batch then takes the item path)
+def test_an_unordered_map_stacks_too_and_delivers_every_item_once(from_columns):
+    # (its calls complete in any order: batches are cut from their rows as they come)
     with af.range(40).map(fns.sample, ordered=False, **PROCESS).batch(8) as p:
         got = p.to_list()
+    assert from_columns[0] == len(got) == 5
     assert sorted(i for b in got for i in b["meta"].index.tolist()) == list(range(40))
     assert all(np.array_equal(b["img"][:, 0, 0, 0], b["meta"].index) for b in got)
 
@@ -97,7 +97,7 @@ def test_torch_batches_are_tensors_over_the_stacked_arrays(from_columns):
     assert all_same(got, want)
 
 
-def test_a_skipped_item_shifts_the_batches_as_without_stacking(from_columns):
+def test_after_a_skipped_item_the_shifted_batches_are_stacked_ones_again(from_columns):
     opts = {"on_error": "skip"}
     p = af.range(60).map(fns.sample_but_20, **PROCESS, **opts).batch(8)
     want = af.range(60).map(fns.sample_but_20, **opts).batch(8).to_list()
@@ -107,7 +107,8 @@ def test_a_skipped_item_shifts_the_batches_as_without_stacking(from_columns):
     p.close()
     assert skipped == 1
     assert all_same(got, want)
-    assert from_columns[0] == 2  # the batches before the skip; after it, item by item
+    # all but the batch of the failing call's items, which the next call's rows end
+    assert len(got) == 8 and from_columns[0] == 7
 
 
 def test_a_failing_item_raises_after_the_batches_before_it():
