@@ -39,8 +39,8 @@ def batch_node(up: Pipeline[Any], size: int, drop_remainder: bool, collate: Any)
     """``batch``: ``size`` consecutive items collated into one.
 
     Right after a process map, with a collate that can (``STACKED``), the map is made
-    anew to give its workers tasks within one batch and have them stack the results;
-    tasks that make up a whole batch are collated from their columns.
+    anew to give its workers tasks within one batch and have them stack the results,
+    and the batches are collated from those columns (see ``_batches``).
     """
     check_int("batch size", size, 1, want="a positive int")
     fn = resolve_collate(collate)
