@@ -20,6 +20,7 @@ __all__ = [
     "HillClimber",
     "Limiter",
     "cpu_budget",
+    "items_for",
     "memory_cap",
     "resolve_concurrency",
 ]
@@ -39,6 +40,17 @@ def cpu_budget() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def items_for(seconds: float, per_item: float, most: int) -> int:
+    """How many items make ``seconds`` of work at ``per_item`` seconds each (1 to ``most``):
+    the size of a batched call, from its measured time per item.
+
+    Example:
+        >>> items_for(0.01, 0.001, 64), items_for(0.01, 0.1, 64), items_for(0.01, 0.0, 64)
+        (10, 1, 64)
+    """
+    return max(1, min(most, int(seconds / max(per_item, 1e-7))))
 
 
 def memory_cap() -> int:

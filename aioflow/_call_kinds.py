@@ -20,6 +20,7 @@ from concurrent.futures import Executor
 from time import perf_counter
 from typing import Any
 
+from ._autotune import items_for
 from ._ctx import Ctx
 from ._graph import CHUNK_MAX
 from ._procs import ProcessPool, run_process_pool
@@ -212,7 +213,7 @@ class _ExecutorBatches(Calls):
     def size(self) -> int:
         if self.item_seconds is None:
             return 1
-        return max(1, min(CHUNK_MAX, int(EXECUTOR_BATCH_SECONDS / max(self.item_seconds, 1e-7))))
+        return items_for(EXECUTOR_BATCH_SECONDS, self.item_seconds, CHUNK_MAX)
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
         return self._run(items)
@@ -249,7 +250,7 @@ class _PoolCalls(Calls):
         s = self.pool.item_seconds
         if s is None:
             return self.columns
-        return max(1, min(self.columns, int(STACKED_TASK_SECONDS / max(s, 1e-7))))
+        return items_for(STACKED_TASK_SECONDS, s, self.columns)
 
     def start(self, items: list[Any], pos: int) -> Awaitable[list[Any]]:
         if self.columns:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["Rows", "collated", "cut", "joined", "rows", "stack"]
@@ -104,25 +105,11 @@ def _match(y: Any, tpl: Template, leaves: list[list[Any]], np: Any) -> bool:
 
 def rows(template: Template, cols: list[Any], n: int) -> Rows:
     """The ``n`` items of stacked columns: arrays as row views, other fields as sent."""
-    out = Rows(_row(template, cols, i) for i in range(n))
+    # (``[i, ...]``: a 0-d row stays an array, not a numpy scalar)
+    out = Rows(collated(template, cols, itemgetter((i, ...)), itemgetter(i)) for i in range(n))
     out.template = template
     out.cols = cols
     return out
-
-
-def _row(tpl: Template, cols: list[Any], i: int) -> Any:
-    tag = tpl[0]
-    if tag == "a":
-        return cols[tpl[1]][i, ...]  # (an array even for a 0-d row)
-    if tag == "o":
-        return cols[tpl[1]][i]
-    if tag == "d":
-        return {k: _row(p, cols, i) for k, p in zip(tpl[1], tpl[2], strict=True)}
-    if tag == "t":
-        return tuple(_row(p, cols, i) for p in tpl[1])
-    if tag == "l":
-        return [_row(p, cols, i) for p in tpl[1]]
-    return tpl[1](*(_row(p, cols, i) for p in tpl[2]))
 
 
 def cut(r: Rows, start: int, stop: int) -> Rows:
@@ -152,30 +139,26 @@ def joined(parts: list[Rows]) -> tuple[Template, list[Any]] | None:
 
 
 def collated(
-    template: Template,
+    tpl: Template,
     cols: list[Any],
     array: Callable[[Any], Any],
     collate: Callable[[list[Any]], Any],
 ) -> Any:
-    """The batch of stacked items by a field-by-field collate, made from their columns:
-    ``array(column)`` for an array field (the stacked column itself), ``collate(values)``
-    for any other; containers as the collate makes them (dict, tuple, namedtuple, list).
+    """The value ``tpl`` describes, its fields made of their columns: ``array(column)``
+    for an array field, ``collate(values)`` for any other; containers as the template's
+    (dict, tuple, namedtuple, list). With the column itself and a field-by-field collate
+    (the default's, torch's), the batch of the stacked items; with a row's index, the
+    row's item.
     """
-    return _collated(template, cols, array, collate)
-
-
-def _collated(
-    tpl: Template, cols: list[Any], array: Callable[[Any], Any], collate: Callable[[list[Any]], Any]
-) -> Any:
     tag = tpl[0]
     if tag == "a":
         return array(cols[tpl[1]])
     if tag == "o":
         return collate(cols[tpl[1]])
     if tag == "d":
-        return {k: _collated(p, cols, array, collate) for k, p in zip(tpl[1], tpl[2], strict=True)}
+        return {k: collated(p, cols, array, collate) for k, p in zip(tpl[1], tpl[2], strict=True)}
     if tag == "t":
-        return tuple(_collated(p, cols, array, collate) for p in tpl[1])
+        return tuple(collated(p, cols, array, collate) for p in tpl[1])
     if tag == "l":
-        return [_collated(p, cols, array, collate) for p in tpl[1]]
-    return tpl[1](*(_collated(p, cols, array, collate) for p in tpl[2]))
+        return [collated(p, cols, array, collate) for p in tpl[1]]
+    return tpl[1](*(collated(p, cols, array, collate) for p in tpl[2]))

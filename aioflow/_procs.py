@@ -41,6 +41,7 @@ from time import monotonic, perf_counter
 from typing import Any
 
 from . import _wire
+from ._autotune import items_for
 from ._ctx import Ctx
 from ._graph import CHUNK_MAX, Described, graph_nodes
 from ._meters import StageMeter
@@ -193,7 +194,7 @@ class ProcessPool:
         """How many items the next batch should carry (1 until a call has been timed)."""
         if self.timeout is not None or self.item_seconds is None:
             return 1
-        return max(1, min(self.max_batch, int(TASK_SECONDS / max(self.item_seconds, 1e-7))))
+        return items_for(TASK_SECONDS, self.item_seconds, self.max_batch)
 
     def submit(
         self, fn_id: int, items: list[Any], pos: int, *, stack: bool = False

@@ -150,17 +150,13 @@ def _results(
     cloudpickle), or one by one so that one that cannot be sent fails only itself; with
     ``stack``, stacked in columns first when they all succeeded and stack (``_columns``)."""
     stacked = _stacked(ys) if stack else None
-    if stacked is not None:
+    ways = [("batch", ys)] if stacked is None else [("columns", stacked), ("batch", ys)]
+    for kind, value in ways:
         for dumps in (pickle.dumps, cloudpickle.dumps):
             try:
-                return time.perf_counter() - t0, "columns", pack(stacked, fds, dumps)
+                return time.perf_counter() - t0, kind, pack(value, fds, dumps)
             except Exception:
                 pass
-    for dumps in (pickle.dumps, cloudpickle.dumps):
-        try:
-            return time.perf_counter() - t0, "batch", pack(ys, fds, dumps)
-        except Exception:
-            pass
     return time.perf_counter() - t0, "items", [_pack_one(y, fds) for y in ys]
 
 
