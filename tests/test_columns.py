@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from aioflow._columns import Rows, collated, cut, joined, rows, stack
 from aioflow.collate import default_collate
+from tests._same import same
 
 Pair = namedtuple("Pair", "a b")
 
@@ -70,19 +71,6 @@ def has_array(schema: Any) -> bool:
     if schema[0] == "arr":
         return np.dtype(schema[2]).isnative  # (other byte orders travel as values)
     return schema[0] in ("dict", "tuple", "list", "pair") and any(map(has_array, schema[1]))
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal values of the same types all the way down (arrays: shape, dtype, values)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, tuple | list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
 
 
 # -- properties ---------------------------------------------------------------------------

@@ -12,24 +12,10 @@ import pytest
 
 import aioflow as af
 import aioflow.batching
+from tests._same import same
 from tests.faults import _procfns as fns
 
 PROCESS: dict[str, Any] = {"executor": "process", "concurrency": 2}
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal values of the same types all the way down (arrays: shape, dtype, values)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, tuple | list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    if type(a).__module__ == "torch":
-        return bool(a.dtype == b.dtype and a.shape == b.shape and (a == b).all())
-    return bool(a == b)
 
 
 def all_same(xs: list[Any], ys: list[Any]) -> bool:
