@@ -10,12 +10,12 @@ Example:
 from __future__ import annotations
 
 # the Pipeline, and how a run is iterated
-from ._autotune import AUTOTUNE
-from ._iterators import AsyncPipelineIterator, PipelineIterator
-from .pipeline import INFINITE, UNKNOWN, Pipeline
+from aioflow._core.autotune import AUTOTUNE
+from aioflow._iterators import AsyncPipelineIterator, PipelineIterator
+from aioflow.pipeline import INFINITE, UNKNOWN, Pipeline
 
 # sources
-from .io import (
+from aioflow.io import (
     list_files,
     read_bytes,
     read_jsonl,
@@ -25,25 +25,25 @@ from .io import (
     read_tar,
     read_tfrecord,
 )
-from .integrations.torch import from_torch_dataset
-from .sources import from_dataflow, from_iterable, from_source, range
+from aioflow.integrations.torch import from_torch_dataset
+from aioflow.ops.sources import from_dataflow, from_iterable, from_source, range
 
 # combining pipelines
-from .combine import choose_from, concat, sample_from, zip
+from aioflow.ops.combine import choose_from, concat, sample_from, zip
 
 # batching, sharding
-from .collate import default_collate
-from .slicing import shard_from_env
+from aioflow.collate import default_collate
+from aioflow.ops.slicing import shard_from_env
 
 # checkpoints
-from .checkpoint import StatefulLoader, merge_states
+from aioflow.checkpoint import StatefulLoader, merge_states
 
 # observing
-from ._bench import BenchResult, bench
-from .stats import RunStats, StageStats
+from aioflow._bench import BenchResult, bench
+from aioflow.stats import RunStats, StageStats
 
 # errors
-from .errors import (
+from aioflow.errors import (
     AioflowError,
     BadInput,
     LateItem,

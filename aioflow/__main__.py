@@ -18,10 +18,10 @@ from typing import Any
 
 import cloudpickle
 
-from ._bench import bench
-from ._demo import run_demo
-from .errors import PipelineError
-from .pipeline import Pipeline
+from aioflow._bench import bench
+from aioflow._demo import run_demo
+from aioflow.errors import PipelineError
+from aioflow.pipeline import Pipeline
 
 __all__ = ["load_pipeline", "main"]
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ._iterators import PipelineIterator
-from .errors import PipelineError
-from .pipeline import INFINITE, Pipeline
-from .stats import RunStats
+from aioflow._iterators import PipelineIterator
+from aioflow.errors import PipelineError
+from aioflow.pipeline import INFINITE, Pipeline
+from aioflow.stats import RunStats
 
 __all__ = ["BenchResult", "bench", "unit_of"]
 

@@ -13,16 +13,16 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import batching as _b
-from . import cache as _c
-from . import distributed as _d
-from . import ordering as _o
-from . import sampling as _s
-from ._base import PipelineBase
-from .integrations import torch as _torch
+from aioflow._core.base import PipelineBase
+from aioflow.integrations import torch as _torch
+from aioflow.ops import batching as _b
+from aioflow.ops import cache as _c
+from aioflow.ops import distributed as _d
+from aioflow.ops import ordering as _o
+from aioflow.ops import sampling as _s
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 T = TypeVar("T")
 U = TypeVar("U")

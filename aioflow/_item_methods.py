@@ -12,15 +12,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from . import interleave as _il
-from . import slicing as _sl
-from . import transforms as _t
-from ._base import PipelineBase
-from ._check import fn_name
-from .errors import PipelineError
+from aioflow._core.base import PipelineBase
+from aioflow._core.check import fn_name
+from aioflow.errors import PipelineError
+from aioflow.ops import interleave as _il
+from aioflow.ops import slicing as _sl
+from aioflow.ops import transforms as _t
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 T = TypeVar("T")
 U = TypeVar("U")

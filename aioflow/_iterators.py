@@ -21,17 +21,17 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._channel import Channel, ThreadChannel
-from ._engine import Engine
-from ._graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
-from ._procs import prestart
-from ._runtime import Run
-from ._state import check_state, make_state, next_opens, refuse_inexact, take_nodes
-from .errors import NextTimeout, PipelineError
-from .stats import RunStats
+from aioflow._core.channel import Channel, ThreadChannel
+from aioflow._core.engine import Engine
+from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from aioflow._core.run import Run
+from aioflow._process.pool import prestart
+from aioflow._state.state import check_state, make_state, next_opens, refuse_inexact, take_nodes
+from aioflow.errors import NextTimeout, PipelineError
+from aioflow.stats import RunStats
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 T = TypeVar("T")
 

@@ -14,13 +14,13 @@ import copy
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._check import check_int
-from ._iterators import PipelineIterator
-from ._state import check_state
-from .errors import StateMismatch
+from aioflow._core.check import check_int
+from aioflow._iterators import PipelineIterator
+from aioflow._state.state import check_state
+from aioflow.errors import StateMismatch
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 T = TypeVar("T")
 

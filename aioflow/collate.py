@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import PipelineError
+from aioflow.errors import PipelineError
 
 __all__ = [
     "COLLATES",

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from ._base import register
-from ._group_methods import GroupMethods
-from ._item_methods import ItemMethods
-from ._iterators import AsyncPipelineIterator, PipelineIterator
-from ._pool_life import close_nodes_pools
-from ._runtime import CHANNEL_ITEMS, CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD
+from aioflow._core.base import register
+from aioflow._core.run import CHANNEL_ITEMS, CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD
+from aioflow._group_methods import GroupMethods
+from aioflow._item_methods import ItemMethods
+from aioflow._iterators import AsyncPipelineIterator, PipelineIterator
+from aioflow._process.pool_life import close_nodes_pools
 
 T = TypeVar("T")
 

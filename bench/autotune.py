@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import aioflow as af
+from aioflow._core.autotune import cpu_budget
 from bench.cpu_parallel import calibrate, cpu_work
 
 
@@ -57,7 +58,7 @@ def main() -> None:
         "IO thread sleep 5 ms": (io_thread, "thread", [4, 16, 32, 64]),
         "CPU ~1 ms, processes": (cpu, "process", [1, 2, 4]),
     }
-    print(f"N={a.n:,} best of {a.reps}; cores={af._autotune.cpu_budget()}")
+    print(f"N={a.n:,} best of {a.reps}; cores={cpu_budget()}")
     for name, (fn, ex, sweep) in workloads.items():
         n = {None: a.n, "thread": a.n // 2, "process": 2000}[ex]
         fixed = {}

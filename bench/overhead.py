@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import aioflow as af
-from aioflow import _runtime
+from aioflow._core import run as _runtime
 
 
 def plain(n: int) -> tuple[int, int]:

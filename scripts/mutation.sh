@@ -17,7 +17,7 @@ N="${1:-8}"
 SEED="${2:-0}"
 shift $(($# < 2 ? $# : 2))
 MODULES=("$@")
-[ ${#MODULES[@]} -gt 0 ] || MODULES=(_runtime _calls ordering combine interleave cache)
+[ ${#MODULES[@]} -gt 0 ] || MODULES=(_core/run _calls/maps ops/ordering ops/combine ops/interleave ops/cache)
 OUT="${OUT:-$ROOT/mutants.txt}"
 "$PY" -c "import cosmic_ray" 2>/dev/null || {
   echo "needs cosmic-ray: .venv/bin/python -m pip install -c scripts/constraints.txt -e '.[mutation]'" >&2
@@ -26,12 +26,12 @@ OUT="${OUT:-$ROOT/mutants.txt}"
 
 # the test files that exercise each module (the whole suite would take minutes per mutant)
 declare -A TESTS=(
-  [_runtime]="test_runtime.py test_pipeline.py"
-  [_calls]="test_calls.py test_procs.py"
-  [ordering]="test_ordering.py"
-  [combine]="test_combine.py test_combine_sampling.py"
-  [interleave]="test_interleave.py test_io_npy.py"
-  [cache]="test_cache.py"
+  [_core/run]="test_runtime.py test_pipeline.py"
+  [_calls/maps]="test_calls.py test_procs.py"
+  [ops/ordering]="test_ordering.py"
+  [ops/combine]="test_combine.py test_combine_sampling.py"
+  [ops/interleave]="test_interleave.py test_io_npy.py"
+  [ops/cache]="test_cache.py"
 )
 
 WORK="$(mktemp -d)"
@@ -59,10 +59,11 @@ EOF
 }
 
 for m in "${MODULES[@]}"; do
-  config "$m" tests "$m"
-  "$PY" -m cosmic_ray.cli init "$m.toml" "$m.sqlite" >/dev/null
+  n="${m//\//.}"
+  config "$m" tests "$n"
+  "$PY" -m cosmic_ray.cli init "$n.toml" "$n.sqlite" >/dev/null
   # a sample that does not depend on the job ids (random at each init): by position
-  "$PY" - "$m.sqlite" "$N" "$SEED" <<'EOF'
+  "$PY" - "$n.sqlite" "$N" "$SEED" <<'EOF'
 import random, sys
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import WorkerOutcome, WorkResult
@@ -79,11 +80,11 @@ with use_db(path, WorkDB.Mode.open) as db:
     print(f"{path}: {len(keep)} of {len(items)} mutants sampled", file=sys.stderr)
 EOF
   if [ -n "${BEFORE:-}" ]; then
-    cp "$m.sqlite" "$m-before.sqlite"
-    config "$m" old/tests "$m-before"
-    "$PY" -m cosmic_ray.cli exec "$m-before.toml" "$m-before.sqlite"
+    cp "$n.sqlite" "$n-before.sqlite"
+    config "$m" old/tests "$n-before"
+    "$PY" -m cosmic_ray.cli exec "$n-before.toml" "$n-before.sqlite"
     # this tree's tests are a superset: what the old ones killed stays killed
-    "$PY" - "$m-before.sqlite" "$m.sqlite" <<'EOF'
+    "$PY" - "$n-before.sqlite" "$n.sqlite" <<'EOF'
 import sys
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import TestOutcome
@@ -93,8 +94,8 @@ with use_db(sys.argv[1], WorkDB.Mode.open) as old, use_db(sys.argv[2], WorkDB.Mo
             new.set_result(job, r)
 EOF
   fi
-  "$PY" -m cosmic_ray.cli exec "$m.toml" "$m.sqlite"
-  for s in ${BEFORE:+"$m-before"} "$m"; do
+  "$PY" -m cosmic_ray.cli exec "$n.toml" "$n.sqlite"
+  for s in ${BEFORE:+"$n-before"} "$n"; do
     "$PY" - "$s" "$s.sqlite" "$OUT" <<'EOF'
 import sys
 from cosmic_ray.work_db import WorkDB, use_db

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import aioflow as af
-from aioflow._autotune import HillClimber, Limiter, cpu_budget, resolve_concurrency
+from aioflow._core.autotune import HillClimber, Limiter, cpu_budget, resolve_concurrency
 
 
 # -- the climber on a model of a stage ----------------------------------------------------

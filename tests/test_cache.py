@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import aioflow as af
-from aioflow.cache import trusted_count
+from aioflow.ops.cache import trusted_count
 
 
 class Counter:
@@ -249,13 +249,13 @@ def test_an_item_that_cannot_be_pickled_fails_the_epoch_and_leaves_no_file(tmp_p
 def test_a_commit_that_fails_leaves_no_temporary_file_and_says_which_cache(tmp_path, monkeypatch):
     import errno
 
-    import aioflow.cache
+    import aioflow.ops.cache
 
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     path = tmp_path / "c.cache"
-    monkeypatch.setattr(aioflow.cache.os, "fsync", full)
+    monkeypatch.setattr(aioflow.ops.cache.os, "fsync", full)
     with pytest.raises(af.StageError, match=r"c\.cache") as info:
         af.range(100).cache(path).to_list()
     assert isinstance(info.value.__cause__, OSError) and "No space" in str(info.value)

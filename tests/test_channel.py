@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from aioflow._channel import Channel
-from aioflow._graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX
+from aioflow._core.channel import Channel
+from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX
 
 
 def test_the_default_bound_is_two_chunks_of_items():

@@ -7,7 +7,7 @@ import functools
 import pytest
 
 import aioflow as af
-from aioflow._check import check_concurrency, check_int, fn_name, is_int
+from aioflow._core.check import check_concurrency, check_int, fn_name, is_int
 
 
 @pytest.mark.parametrize("v", [0, 5, 2**70])

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioflow._columns import Rows, collated, cut, joined, rows, stack
+from aioflow._process.columns import Rows, collated, cut, joined, rows, stack
 from aioflow.collate import default_collate
 from tests._same import same
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from aioflow._fanin import merge, merge_all
-from aioflow._graph import ChunkIter
-from aioflow._runtime import Run
+from aioflow._core.fanin import merge, merge_all
+from aioflow._core.graph import ChunkIter
+from aioflow._core.run import Run
 
 
 async def _chunks(*chunks: list[int], fail: BaseException | None = None) -> ChunkIter:

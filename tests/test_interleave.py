@@ -139,7 +139,7 @@ def test_the_items_before_a_failing_fn_or_input_come_out_before_its_error(
     monkeypatch, fail_in, concurrency
 ):
     # gathered items are released only as whole chunks here: the error must not drop them
-    monkeypatch.setattr("aioflow.interleave._FLUSH_SECONDS", float("inf"))
+    monkeypatch.setattr("aioflow.ops.interleave._FLUSH_SECONDS", float("inf"))
 
     def bad(x: int) -> int:
         if x == 70:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-from aioflow import _spill
+from aioflow.ops import ordering_spill as _spill
 from tests.conftest import assert_no_pending_tasks
 from tests.test_transforms import Boom, fail_at
 

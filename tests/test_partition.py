@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-from aioflow.partition import partition_of
+from aioflow.ops.partition import partition_of
 from tests.conftest import assert_no_pending_tasks
 from tests.test_transforms import Boom
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import aioflow as af
-from aioflow import _procs
+from aioflow._process import pool as _procs
 
 
 # -- leak checks ----------------------------------------------------------------------
@@ -332,7 +332,7 @@ def test_a_fresh_pool_spreads_its_first_calls_over_workers_that_are_still_starti
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_a_process_maps_batches_in_flight_hold_no_more_than_its_node_declares(no_leaks, workers):
-    from aioflow import _pool_life
+    from aioflow._process import pool_life as _pool_life
 
     with af.range(50).map(abs, executor="process", concurrency=workers) as p:
         assert p.to_list() == list(range(50))

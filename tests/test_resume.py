@@ -548,7 +548,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
     import sys
 
     code = (
-        "import aioflow as af; from aioflow._state import fingerprint;"
+        "import aioflow as af; from aioflow._state.state import fingerprint;"
         " print(fingerprint(af.range(9).filter(lambda x: str(x) in {'1', '2', 'x', 'y'})"
         ".map(lambda x: (x, {'a': 1}))))"
     )

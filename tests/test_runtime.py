@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import aioflow as af
-from aioflow._channel import Channel
-from aioflow._runtime import Run
+from aioflow._core.channel import Channel
+from aioflow._core.run import Run
 
 
 async def test_a_run_keeps_the_tasks_it_starts_and_its_close_cancels_and_awaits_them():

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-from aioflow._permute import Permutation
+from aioflow.ops.sources_permute import Permutation
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PRIMES = [2, 3, 5, 7, 11, 13, 97, 101, 257, 1009, 4099]

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-from aioflow._splits import IndexSplits, range_split_size
-from aioflow.distributed import TASK_SECONDS, _leaf, _Sizer, job_of, run_split
+from aioflow._state.splits import IndexSplits, range_split_size
+from aioflow.ops.distributed import TASK_SECONDS, _leaf, _Sizer, job_of, run_split
 
 
 def splits_of(p: af.Pipeline) -> object:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import aioflow as af
-from aioflow import _runtime
+from aioflow._core import run as _runtime
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -327,7 +327,7 @@ def test_sub_pipelines_opened_one_after_another_are_one_instance():
 
 
 def test_the_plot_keeps_whole_names_and_every_bar_within_the_wall():
-    from aioflow._plot import _bars, _label
+    from aioflow.stats.plot import _bars, _label
 
     p = af.range(8).interleave(
         lambda i: af.range(20).map(sleepy(0.002)), cycle_length=4, concurrency=4

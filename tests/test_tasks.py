@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aioflow._tasks import cancel_and_wait, new_task
+from aioflow._core.tasks import cancel_and_wait, new_task
 
 
 async def test_cancel_and_wait_for_failed_and_cancelled_tasks_retrieves_their_errors():

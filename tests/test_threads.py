@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from aioflow._threads import DaemonPool
+from aioflow._core.threads import DaemonPool
 
 
 async def test_a_thread_that_could_not_start_is_not_waited_for_nor_reported(monkeypatch, caplog):

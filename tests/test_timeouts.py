@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 import aioflow as af
-from aioflow._timeouts import timed
+from aioflow._core.timeouts import timed
 
 
 async def test_a_call_past_its_timeout_fails_at_once_and_its_work_is_cancelled():

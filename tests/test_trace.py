@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import aioflow as af
-from aioflow import _meters
+from aioflow.stats import meters as _meters
 
 
 def traced(p: af.Pipeline, path: Path) -> tuple[af.RunStats, list[dict]]:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioflow import _wire
+from aioflow._process import wire as _wire
 
 
 def _roundtrip(objs: list[object], *, with_fds: bool = False) -> list[tuple[object, int]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..batching import default_collate
+from aioflow.ops.batching import default_collate
 
 __all__ = ["collate", "make_collate"]
 

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._check import check_concurrency
-from .._runtime import CHUNK_MAX, Node
-from ..checkpoint import StatefulLoader
-from ..collate import STACKED
-from ..errors import PipelineError
-from ..sources import Shard, from_iterable, index_source, resolve_shard
-from ..transforms import map_node
+from aioflow._core.check import check_concurrency
+from aioflow._core.run import CHUNK_MAX, Node
+from aioflow.checkpoint import StatefulLoader
+from aioflow.collate import STACKED
+from aioflow.errors import PipelineError
+from aioflow.ops.sources import Shard, from_iterable, index_source, resolve_shard
+from aioflow.ops.transforms import map_node
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 __all__ = [
     "collate",

@@ -9,11 +9,11 @@ every reader shares (opening, buffering, errors naming the file and position).
 
 from __future__ import annotations
 
-from .files import list_files, read_bytes, read_jsonl, read_lines
-from .npy import read_npy
-from .parquet import read_parquet
-from .tar import read_tar
-from .tfrecord import read_tfrecord
+from aioflow.io.files import list_files, read_bytes, read_jsonl, read_lines
+from aioflow.io.npy import read_npy
+from aioflow.io.parquet import read_parquet
+from aioflow.io.tar import read_tar
+from aioflow.io.tfrecord import read_tfrecord
 
 __all__ = [
     "list_files",

@@ -25,11 +25,11 @@ from typing import Any, Protocol
 
 import aiofiles.threadpool
 
-from .._calls import ErrorPolicy
-from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
-from .._state import SEEK
-from ..errors import BadInput, PipelineError
-from .remote import open_url
+from aioflow._calls.maps import ErrorPolicy
+from aioflow._core.run import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from aioflow._state.state import SEEK
+from aioflow.errors import BadInput, PipelineError
+from aioflow.io.remote import open_url
 
 __all__ = [
     "BLOCK_MAX",

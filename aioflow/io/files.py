@@ -17,13 +17,13 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._base import pipeline_of
-from .._calls import ErrorPolicy
-from .._logs import COUNTED, SeekLog, counted_source
-from .._runtime import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
-from .._splits import FileSplits
-from ..errors import PipelineError
-from ._streams import (
+from aioflow._calls.maps import ErrorPolicy
+from aioflow._core.base import pipeline_of
+from aioflow._core.run import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
+from aioflow._state.logs import COUNTED, SeekLog, counted_source
+from aioflow._state.splits import FileSplits
+from aioflow.errors import PipelineError
+from aioflow.io._streams import (
     BLOCK_MAX,
     BLOCK_MIN,
     ByteStream,
@@ -35,10 +35,10 @@ from ._streams import (
     open_stream,
     reader,
 )
-from .remote import glob_url
+from aioflow.io.remote import glob_url
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 __all__ = ["chunked", "list_files", "read_bytes", "read_jsonl", "read_lines"]
 

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._base import pipeline_of
-from .._calls import ErrorPolicy
-from .._runtime import UNKNOWN_CARD, ChunkIter, Ctx
-from ..errors import BadInput
-from ._streams import bad_input, is_url, local_path, local_read, reader
-from .files import read_all
+from aioflow._calls.maps import ErrorPolicy
+from aioflow._core.base import pipeline_of
+from aioflow._core.run import UNKNOWN_CARD, ChunkIter, Ctx
+from aioflow.errors import BadInput
+from aioflow.io._streams import bad_input, is_url, local_path, local_read, reader
+from aioflow.io.files import read_all
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 __all__ = ["load_npy", "parse_npy", "read_npy"]
 

@@ -16,15 +16,15 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._base import pipeline_of
-from .._calls import ErrorPolicy
-from .._runtime import ChunkIter, Ctx, aclosing
-from ..errors import BadInput, PipelineError
-from ._streams import bad_input, is_url, local_path, reader
-from .files import chunked
+from aioflow._calls.maps import ErrorPolicy
+from aioflow._core.base import pipeline_of
+from aioflow._core.run import ChunkIter, Ctx, aclosing
+from aioflow.errors import BadInput, PipelineError
+from aioflow.io._streams import bad_input, is_url, local_path, reader
+from aioflow.io.files import chunked
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 __all__ = ["read_parquet"]
 

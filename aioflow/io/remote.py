@@ -14,10 +14,10 @@ import errno
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from .._runtime import Ctx
+from aioflow._core.run import Ctx
 
 if TYPE_CHECKING:
-    from ._streams import ByteStream
+    from aioflow.io._streams import ByteStream
 
 __all__ = ["glob_url", "open_url"]
 

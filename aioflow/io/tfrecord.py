@@ -15,15 +15,15 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._base import pipeline_of
-from .._calls import ErrorPolicy
-from .._logs import SeekLog
-from .._runtime import CHUNK_MAX, ChunkIter, Ctx
-from ..errors import BadInput
-from ._streams import Buffered, bad_input, check_compression, is_url, open_stream, reader
+from aioflow._calls.maps import ErrorPolicy
+from aioflow._core.base import pipeline_of
+from aioflow._core.run import CHUNK_MAX, ChunkIter, Ctx
+from aioflow._state.logs import SeekLog
+from aioflow.errors import BadInput
+from aioflow.io._streams import Buffered, bad_input, check_compression, is_url, open_stream, reader
 
 if TYPE_CHECKING:
-    from ..pipeline import Pipeline
+    from aioflow.pipeline import Pipeline
 
 __all__ = ["crc32c", "crc32c_py", "masked_crc", "read_tfrecord"]
 

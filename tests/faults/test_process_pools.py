@@ -367,7 +367,7 @@ def test_a_worker_traceback_shows_the_real_file_and_line():
 
 
 def test_a_shipped_lru_cache_leaves_the_aioflow_package_out_of_the_worker(no_leaks):
-    # a worker loads _worker.py alone: unpickling an lru_cache must not import the whole
+    # a worker loads _process/worker.py alone: unpickling an lru_cache must not import the whole
     # package there (0.3-0.4 s more of a worker's start)
     ns: dict[str, object] = {"__name__": "__main__"}  # (shipped by value, as a script's)
     exec(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import aioflow as af
-import aioflow.batching
+import aioflow.ops.batching
 from tests._same import same
 from tests.faults import _procfns as fns
 
@@ -26,13 +26,13 @@ def all_same(xs: list[Any], ys: list[Any]) -> bool:
 def from_columns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many batches ``batch`` made from a worker's stacked columns."""
     made = [0]
-    real = aioflow.batching.collated
+    real = aioflow.ops.batching.collated
 
     def counting(*args: Any) -> Any:
         made[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(aioflow.batching, "collated", counting)
+    monkeypatch.setattr(aioflow.ops.batching, "collated", counting)
     return made
 
 

@@ -40,7 +40,7 @@ p = af.range(10**9).map(work, executor="process", concurrency=2)
 def worker_pids():  # the pool's worker processes (both start with it)
     import psutil
     kids = psutil.Process().children()
-    return [c.pid for c in kids if "_worker.py" in " ".join(c.cmdline())]
+    return [c.pid for c in kids if "_process/worker.py" in " ".join(c.cmdline())]
 """
 
 BUSY, HUNG = 0.005, 3600.0  # seconds a call takes after the first item

@@ -46,7 +46,7 @@ def workers() -> list[int]:
     out = []
     for c in psutil.Process().children():
         try:
-            if "_worker.py" in " ".join(c.cmdline()) and _alive(c.pid):
+            if "_process/worker.py" in " ".join(c.cmdline()) and _alive(c.pid):
                 out.append(c.pid)
         except psutil.NoSuchProcess:
             continue

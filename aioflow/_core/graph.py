@@ -1,0 +1,150 @@
+"""The description a run is built from: chunks, ``Node``s, and walking a graph of them.
+
+A ``Pipeline`` is a frozen graph of ``Node``s: a name, a ``build(ctx, openers)``
+function, input pipelines, a cardinality rule, and static facts (own task or fused, the
+bound of the channel after it, what it holds). Items move between stages as *chunks*,
+non-empty lists of items; an operator is an async generator over its input's chunks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from aioflow._core.ctx import Ctx
+
+__all__ = [
+    "CHANNEL_CHUNKS",
+    "CHANNEL_ITEMS",
+    "CHUNK_MAX",
+    "FUSE_MAX",
+    "INFINITE_CARD",
+    "UNKNOWN_CARD",
+    "Build",
+    "Chunk",
+    "ChunkIter",
+    "Described",
+    "Node",
+    "OpenCount",
+    "Opener",
+    "graph_nodes",
+    "number_nodes",
+]
+
+Chunk = list[Any]
+ChunkIter = AsyncGenerator[Chunk, None]
+Opener = Callable[[], ChunkIter]
+Build = Callable[["Ctx", Sequence[Opener]], ChunkIter]
+
+#: Largest chunk a source makes; sources adapt their chunk size below it by time.
+CHUNK_MAX = 256
+#: Default bound of a channel between two tasks: this many chunks and this many items.
+CHANNEL_CHUNKS = 2
+CHANNEL_ITEMS = 2 * CHUNK_MAX
+
+#: Longest chain of fused stages in one task; a longer one goes on in another task.
+FUSE_MAX = 64
+
+INFINITE_CARD = -1
+UNKNOWN_CARD = -2
+
+
+def _same(cards: Sequence[int]) -> int:
+    return cards[0] if cards else UNKNOWN_CARD
+
+
+class Described(Protocol):
+    """What the runtime knows of a ``Pipeline``: its sink node (it never imports ``pipeline``)."""
+
+    @property
+    def _node(self) -> Node: ...
+
+
+class OpenCount:
+    """How many times a node was opened: ``next()`` counts (thread-safe), ``peek()`` looks.
+
+    It pickles and copies as its value (a ``distribute`` job ships nodes to workers;
+    pickling an ``itertools.count`` is deprecated since Python 3.12).
+    """
+
+    __slots__ = ("_lock", "_n")
+
+    def __init__(self, start: int = 0) -> None:
+        self._n = start
+        self._lock = threading.Lock()
+
+    def __next__(self) -> int:
+        with self._lock:
+            n = self._n
+            self._n = n + 1
+            return n
+
+    def peek(self) -> int:
+        """The index the next opening will get."""
+        return self._n
+
+    def start_at(self, n: int) -> None:
+        """Let the next opening get the index ``n``."""
+        with self._lock:
+            self._n = n
+
+    def __reduce__(self) -> tuple[type[OpenCount], tuple[int]]:
+        return (OpenCount, (self._n,))
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operator of a pipeline description (immutable)."""
+
+    name: str
+    build: Build
+    # its input Pipelines (Described; typed Any so that the pipeline's own code keeps its
+    # Pipeline types without the runtime importing pipeline)
+    inputs: tuple[Any, ...] = ()
+    card: Callable[[Sequence[int]], int] = _same
+    task: bool = False
+    holds: int = 0  # input items the operator itself may hold at once, beyond channels
+    mult: int = 1  # how many input items one output item may hold (batch(n): n)
+    chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
+    items: int = CHANNEL_ITEMS  # ... and in items
+    grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
+    key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
+    splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
+    resume: Any = None  # how its state is taken when resuming: see _state.py
+    opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
+    # a one-item source's blocking read of its item (a local file's): a fan-in may run it
+    # in a batch on the run's threads instead of opening the node (a failure: it opens it)
+    load: Callable[[], Any] | None = field(default=None, compare=False)
+    # its channel is a buffer the user sized (prefetch(n)): last in a run read by an async
+    # consumer, it is the consumer's channel (no hop between them)
+    buffer: bool = False
+    # a process map's pool, started when a run of its pipeline starts (``_procs.prestart``):
+    # (fn, workers, timeout, ordered)
+    pool: tuple[Any, int, float | None, bool] | None = field(default=None, compare=False)
+    # a process map's node made anew for the ``batch(n)`` right after it: its workers get
+    # tasks within one batch and stack the results (``_columns``); ``batch`` calls it
+    columns: Callable[[int], Node] | None = field(default=None, compare=False)
+
+
+def graph_nodes(root: Described) -> list[Node]:
+    """The nodes of a graph, each once, in a fixed order (depth first from the sink).
+
+    Without recursion: a chain may be longer than the recursion limit.
+    """
+    out: dict[int, Node] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()._node
+        if id(node) in out:
+            continue
+        out[id(node)] = node
+        stack.extend(reversed(node.inputs))
+    return list(out.values())
+
+
+def number_nodes(root: Described) -> dict[int, int]:
+    """Number the nodes of a graph (by ``id``) in ``graph_nodes``' order."""
+    return {id(node): i for i, node in enumerate(graph_nodes(root))}

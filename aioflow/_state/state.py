@@ -1,0 +1,357 @@
+"""Resumable iteration: what a state holds, how it is taken, and how it is checked.
+
+A state is plain data (``json`` and ``pickle`` store it)::
+
+    {"aioflow_state": 2,
+     "pipeline": "<hash of every stage's name, configuration and function code>",
+     "stages": ["<hash of stage 0>", ...],    # to name the stage that differs
+     "position": 9000,                         # items yielded in this epoch so far
+     "opens": {"0": 0, ...},                   # each node's open_index (per-epoch seeds)
+     "nodes": {"0": null, "1": {...}} | null}  # per-node states, when seekable
+
+**Seeking** (``nodes`` present). The per-node protocol is ``Node.resume``:
+
+- a function ``resume(prev, k) -> (state, k_in)``: a one-input operator that, having
+  yielded ``k`` items since it was (re)opened, has taken exactly ``k_in`` items from its
+  input and holds nothing else but ``state`` (JSON-safe; ``prev`` is the state it was
+  resumed from, or None). A run resumed from the state opens the node with
+  ``ctx.resume = state`` and its input resumed after ``k_in`` items;
+- ``Seek(start)``: a source that calls ``ctx.seeker(fn)`` when it opens; ``fn(k)`` is the
+  state to seek back to after its first ``k`` items (or None when it cannot), and
+  ``start()`` the state before it opened (``SEEK``: none, replay);
+- ``Refuse(why)``: the stage cannot be resumed exactly (its order depends on timing):
+  ``state_dict()`` raises ``PipelineError`` naming it;
+- ``None``: the stage holds what cannot be translated (a shuffle buffer, a filter's
+  dropped items); the state falls back to replaying.
+
+``state_dict()`` walks from the sink to the source through ``resume`` functions: when it
+reaches a ``Seek`` source, every node on the way gets its state and resuming costs what
+one chunk of the source costs, wherever the epoch was. Otherwise (**replay**, ``nodes``
+null) resuming runs the pipeline again with the same open indexes and leaves out
+``position`` items: exact for deterministic pipelines, but it recomputes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aioflow._core.graph import Described, graph_nodes, number_nodes
+from aioflow.errors import PipelineError, StateMismatch
+
+if TYPE_CHECKING:
+    from aioflow._core.run import Run
+
+__all__ = ["SEEK", "Refuse", "Seek", "check_state", "fingerprint", "make_state", "take_nodes"]
+
+STATE_VERSION = 2
+
+
+class Seek:
+    """``Node.resume`` of a source that seeks; ``start()``: its state before any item."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[], Any] | None = None) -> None:
+        self.start = start
+
+
+SEEK = Seek()
+#: ``Node.resume`` of a one-input node that calls ``ctx.seeker(fn)``: ``fn(k)`` is
+#: ``(state, k_in)`` or None, from a log the node keeps while it runs (``flat_map``).
+LOGGED = "logged"
+UNORDERED = "yields in completion order (ordered=False): a replay would differ"
+
+
+class Refuse:
+    """``Node.resume`` of a stage that cannot be resumed exactly, and why."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _stages(pipeline: Described) -> list[tuple[str, str]]:
+    """(name, hash) of every node, numbered as ``_graph.number_nodes`` numbers them."""
+
+    nums = number_nodes(pipeline)
+    nodes: dict[int, Any] = {}
+    stack = [pipeline]
+    while stack:
+        node = stack.pop()._node
+        if id(node) not in nodes:
+            nodes[id(node)] = node
+            stack.extend(node.inputs)
+    out: list[tuple[str, str]] = [("", "")] * len(nums)
+    for nid, no in nums.items():
+        node = nodes[nid]
+        h = hashlib.sha256(node.name.encode())
+        h.update(repr(tuple(_describe(k) for k in node.key)).encode())
+        h.update(repr([nums[id(q._node)] for q in node.inputs]).encode())
+        out[no] = (node.name, h.hexdigest()[:12])
+    return out
+
+
+def fingerprint(pipeline: Described) -> str:
+    """A short hash of the pipeline's description (names, configuration, function code)."""
+    return hashlib.sha256(repr(_stages(pipeline)).encode()).hexdigest()[:16]
+
+
+def _const(k: Any) -> str:
+    """A constant of compiled code, the same in every process (set order aside)."""
+    if isinstance(k, types.CodeType):
+        return _code(k)
+    if isinstance(k, frozenset):
+        return f"frozenset({sorted(_const(v) for v in k)})"
+    if isinstance(k, tuple):
+        return f"({', '.join(_const(v) for v in k)})"
+    return repr(k)
+
+
+def _code(c: types.CodeType) -> str:
+    consts = tuple(_const(k) for k in c.co_consts)
+    return hashlib.sha256(repr((c.co_code, consts, c.co_names)).encode()).hexdigest()[:12]
+
+
+def _describe(v: Any) -> str:
+    """What identifies a configuration value: a function by its name and its code."""
+    if isinstance(v, types.FunctionType | types.MethodType):
+        f = getattr(v, "__func__", v)
+        return f"{getattr(f, '__qualname__', '?')}#{_code(f.__code__)}"
+    if isinstance(v, int | float | str | bool | type(None) | tuple):
+        return repr(v)
+    if hasattr(v, "func") and callable(v):  # functools.partial
+        return f"partial({_describe(v.func)}, {getattr(v, 'args', ())!r:.200})"
+    if callable(v):
+        return getattr(v, "__qualname__", type(v).__qualname__)
+    return type(v).__qualname__
+
+
+def make_state(
+    pipeline: Described, position: int, opens: dict[int, int], nodes: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "aioflow_state": STATE_VERSION,
+        "pipeline": fingerprint(pipeline),
+        "stages": [h for _, h in _stages(pipeline)],
+        "position": position,
+        # per node (numbered in the graph): its open_index in this run, for per-epoch seeds
+        "opens": {str(k): v for k, v in sorted(opens.items())},
+        "nodes": nodes,
+    }
+
+
+def _mismatch(pipeline: Described, state: dict[str, Any]) -> StateMismatch:
+    mine = _stages(pipeline)
+    theirs = state.get("stages")
+    where = ""
+    if isinstance(theirs, list) and len(theirs) == len(mine):
+        diff = [name for (name, h), t in zip(mine, theirs, strict=True) if h != t]
+        if diff:
+            where = f": stage {diff[-1]!r} differs (its function or configuration changed)"
+    elif isinstance(theirs, list):
+        where = f": it has {len(theirs)} stages, this pipeline {len(mine)}"
+    return StateMismatch(
+        f"state was taken from another pipeline (fingerprint {state.get('pipeline')!r},"
+        f" this pipeline is {fingerprint(pipeline)!r}){where}"
+    )
+
+
+def _count(what: str, v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise StateMismatch(f"bad {what} in state (a count >= 0 is needed): {v!r:.200}")
+    return v
+
+
+def check_state(
+    pipeline: Described, state: Any
+) -> tuple[int, dict[int, int], dict[int, Any] | None]:
+    """The position, per-node open indexes and node states a state resumes from."""
+    if not isinstance(state, dict) or state.get("aioflow_state") != STATE_VERSION:
+        raise StateMismatch(f"not an aioflow state (version {STATE_VERSION}): {state!r:.200}")
+    if state.get("pipeline") != fingerprint(pipeline):
+        raise _mismatch(pipeline, state)
+    pos = _count("position", state.get("position"))
+    raw = state.get("opens", {})
+    if not isinstance(raw, dict):
+        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}")
+    try:
+        opens = {int(k): v for k, v in raw.items()}
+    except ValueError:
+        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
+    for v in opens.values():
+        _count("open index", v)
+    nodes = state.get("nodes")
+    if nodes is None:
+        return pos, opens, None
+    if not isinstance(nodes, dict):
+        raise StateMismatch(f"bad node states in state: {nodes!r:.200}")
+    try:
+        return pos, opens, {int(k): v for k, v in nodes.items()}
+    except ValueError:
+        raise StateMismatch(f"bad node states in state: {nodes!r:.200}") from None
+
+
+def refuse_inexact(pipeline: Described) -> None:
+    """Raise ``PipelineError`` if a stage of the pipeline cannot be resumed exactly."""
+
+    for node in graph_nodes(pipeline):
+        if isinstance(node.resume, Refuse):
+            raise PipelineError(
+                f"cannot take a resumable state: stage {node.name!r} {node.resume.why}"
+            )
+
+
+def next_opens(pipeline: Described) -> dict[int, int]:
+    """The open indexes a run of ``pipeline`` started now would give its nodes."""
+
+    out: dict[int, int] = {}
+    stack = [pipeline]
+    nums = number_nodes(pipeline)
+    while stack:
+        node = stack.pop()._node
+        no = nums[id(node)]
+        if no not in out:
+            out[no] = node.opens.peek()
+            stack.extend(node.inputs)
+    return out
+
+
+def take_nodes(
+    pipeline: Described, run: Run | None, k: int, opens: dict[int, int] | None = None
+) -> dict[str, Any] | None:
+    """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay).
+
+    ``opens`` (the state's open indexes) is updated for the nodes upstream of a
+    ``repeat`` resumed in a later epoch than the run's first.
+    """
+
+    index = run.node_index if run is not None else number_nodes(pipeline)
+    prev = run.resume_nodes if run is not None else {}
+    nodes: dict[str, Any] = {}
+    p = pipeline
+    shift = 0  # the epoch of a repeat's input, counted in this run
+    while True:
+        node = p._node
+        no = index.get(id(node))
+        if no is None:
+            return None
+        r = node.resume
+        seek = None
+        if run is not None and no in run.first_open:
+            seek = run.seekers.get((no, run.first_open[no] + shift))
+        if isinstance(r, Seek):
+            if seek is not None:
+                st = seek(k)
+            elif k == 0:  # not opened yet: where it would start
+                st = prev.get(no) if no in prev else (r.start() if r.start else None)
+            else:
+                st = None
+            if st is None:
+                return None
+            nodes[str(no)] = st
+            return nodes
+        if r == LOGGED:
+            res: Any = seek(k) if seek is not None else ((prev.get(no), 0) if k == 0 else None)
+            if res is None:
+                return None
+            st, k, later = res[0], res[1], (res[2] if len(res) > 2 else 0)
+            if shift and len(res) > 2:
+                # a repeat inside a repeat in a later epoch: the openings of the inner
+                # one's input are not counted by the outer epoch (replay)
+                return None
+            if later:  # a later epoch of a repeat: its input starts afresh
+                shift = later
+                prev = {}
+                if opens is not None:
+                    for up in _upstream(node, index):
+                        opens[up] = opens.get(up, 0) + later
+        elif callable(r) and len(node.inputs) == 1:
+            st, k = r(prev.get(no), k)
+        else:
+            return None
+        nodes[str(no)] = st
+        p = node.inputs[0]
+
+
+def _upstream(node: Any, index: dict[int, int]) -> set[int]:
+    out: set[int] = set()
+    stack = list(node.inputs)
+    while stack:
+        q = stack.pop()._node
+        no = index.get(id(q))
+        if no is not None and no not in out:
+            out.add(no)
+            stack.extend(q.inputs)
+    return out
+
+
+# -- the resume functions of the one-input operators (Node.resume) ------------------------
+def one_to_one(prev: Any, k: int) -> tuple[Any, int]:
+    """``map`` (ordered, raising), ``prefetch``: item ``k`` out is item ``k`` in."""
+    return None, k
+
+
+def per_batch(size: int) -> Callable[[Any, int], tuple[Any, int]]:
+    """``batch(size)``: ``k`` batches out took ``k * size`` items and hold none.
+
+    Also ``window(size, shift)`` with ``shift``: window ``k`` starts at input ``k * shift``,
+    and a window stage opened there makes the same windows from it on.
+    """
+    return lambda prev, k: (None, k * size)
+
+
+def taking(n: int) -> Callable[[Any, int], tuple[Any, int]]:
+    """``take(n)``: the state is how many are left to take."""
+
+    def resume(prev: Any, k: int) -> tuple[Any, int]:
+        left = n if prev is None else int(prev["left"])
+        if left < 0:  # take(-1): all of them
+            return {"left": left}, k
+        # ``k`` may overshoot what was taken: a short last batch below counts as a full one
+        k = min(k, left)
+        return {"left": left - k}, k
+
+    return resume
+
+
+def skipping(n: int) -> Callable[[Any, int], tuple[Any, int]]:
+    """``skip(n)``: the state is how many are left to skip (none once one item is out)."""
+
+    def resume(prev: Any, k: int) -> tuple[Any, int]:
+        left = n if prev is None else int(prev["left"])
+        if k == 0 or left < 0:
+            return {"left": left}, 0
+        return {"left": 0}, left + k
+
+    return resume
+
+
+def counting(start: int) -> Callable[[Any, int], tuple[Any, int]]:
+    """``enumerate(start)``: the state is the next number."""
+
+    def resume(prev: Any, k: int) -> tuple[Any, int]:
+        nxt = start if prev is None else int(prev["next"])
+        return {"next": nxt + k}, k
+
+    return resume
+
+
+def resumed(ctx_resume: Any, key: str, default: int) -> int:
+    """A node's saved count ``key`` (``default`` when the run starts afresh)."""
+    if ctx_resume is None:
+        return default
+    v = ctx_resume.get(key) if isinstance(ctx_resume, dict) else None
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise StateMismatch(f"bad node state {ctx_resume!r:.200} (no int {key!r})")
+    return v
+
+
+def call_resume(keep: bool, ordered: bool, on_error: Any) -> Any:
+    """``map``/``filter``: a raising ordered map is one-to-one; unordered ones refuse."""
+    if not ordered:
+        return Refuse(UNORDERED)
+    return one_to_one if not keep and on_error == "raise" else None
