@@ -125,8 +125,11 @@ class Node:
     # (fn, workers, timeout, ordered)
     pool: tuple[Any, int, float | None, bool] | None = field(default=None, compare=False)
     # a process map's node made anew for the ``batch(n)`` right after it: its workers get
-    # tasks within one batch and stack the results (``_columns``); ``batch`` calls it
-    columns: Callable[[int], Node] | None = field(default=None, compare=False)
+    # tasks within one batch and stack the results (``_process/columns``); ``batch`` calls
+    # it with the map's own node, which owns the pool the variant's runs use
+    columns: Callable[[int, Node], Node] | None = field(default=None, compare=False)
+    # that variant's user map: its pool is the map's, kept warm on the map's node
+    pool_owner: Node | None = field(default=None, compare=False)
 
 
 def graph_nodes(root: Described) -> list[Node]:

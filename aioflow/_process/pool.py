@@ -68,11 +68,12 @@ def run_process_pool(
         # a second batch queued per worker hides the round trip between batches; it
         # would wait behind a slow call, so unordered maps and timed calls go without
         config = (workers, timeout, ordered)
-        pool = checkout(ctx.node, config)
+        owner = ctx.node.pool_owner or ctx.node  # a fused variant uses its map's pool
+        pool = checkout(owner, config)
         if pool is None:
             pool = ProcessPool(workers, timeout, queued=ordered, holds=ctx.node.holds)
             track(pool)
-        pool.node = weakref.ref(ctx.node)
+        pool.node = weakref.ref(owner)
         pool.attach(ctx.name, ctx.meter)
         pools[key] = pool
         ctx.run.resources.append(partial(release, pool))
@@ -87,12 +88,13 @@ def prestart(root: Described) -> None:
     checks it out (a pool that no stage takes stays warm, as after an epoch).
     """
     for node in graph_nodes(root):
-        if node.pool is None or not wants_pool(node):
+        owner = node.pool_owner or node  # a fused variant uses its map's pool
+        if node.pool is None or not wants_pool(owner):
             continue
         fn, workers, timeout, ordered = node.pool
         pool = ProcessPool(workers, timeout, queued=ordered, holds=node.holds)
         track(pool)
-        pool.node = weakref.ref(node)
+        pool.node = weakref.ref(owner)
         pool.stage = node.name
         with contextlib.suppress(PipelineError):  # (the run's stage raises it)
             pool.preload(fn)

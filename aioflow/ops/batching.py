@@ -47,7 +47,7 @@ def batch_node(up: Pipeline[Any], size: int, drop_remainder: bool, collate: Any)
     array = STACKED.get(fn)
     stacked = up._node.columns
     if array is not None and stacked is not None:
-        up = pipeline_of(stacked(size))
+        up = pipeline_of(stacked(size, up._node))
     return _batch_node(
         up, "batch", size, drop_remainder, fn, (size, drop_remainder, collate), array
     )

@@ -51,6 +51,7 @@ def map_node(
     timeout: float | None,
     keep: bool = False,
     columns: int = 0,
+    owner: Node | None = None,
 ) -> Node:
     """The node of ``map`` (``keep=False``) and ``filter`` (``keep=True``).
 
@@ -58,7 +59,9 @@ def map_node(
     with none runs as calls on the loop, in that stage too; any knob gives the stage a
     task of its own, with ``slots`` calls in flight. A process map without ``timeout``
     can be made again for the ``batch(n)`` after it (``Node.columns``): ``columns=n``
-    sends its workers tasks within one batch, stacked there (``_columns``).
+    sends its workers tasks within one batch, stacked there (``_process/columns``), with
+    the pool of ``owner`` (the user's map), so that the pool stays warm however often the
+    batch after it is rebuilt.
     """
     is_async = _check_call(fn, concurrency, executor, on_error, timeout)
     task = concurrency != 1 or executor is not None or timeout is not None
@@ -87,10 +90,10 @@ def map_node(
 
     stacks = executor == "process" and not keep and timeout is None and not columns
 
-    def stackable(n: int) -> Node:
+    def stackable(n: int, owner: Node) -> Node:
         return map_node(
             up, fn, concurrency=concurrency, executor=executor, ordered=ordered,
-            on_error=on_error, timeout=timeout, columns=n,
+            on_error=on_error, timeout=timeout, columns=n, owner=owner,
         )  # fmt: skip
 
     resume = call_resume(keep, ordered, on_error)
@@ -110,6 +113,7 @@ def map_node(
         resume=resume,
         pool=(fn, slots, timeout, ordered) if executor == "process" else None,
         columns=stackable if stacks else None,
+        pool_owner=owner,
     )
 
 

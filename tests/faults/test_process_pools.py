@@ -381,3 +381,17 @@ def test_a_shipped_lru_cache_leaves_the_aioflow_package_out_of_the_worker(no_lea
     )
     with af.range(3).map(ns["loaded"], executor="process", concurrency=1) as p:  # type: ignore[arg-type]
         assert p.to_list() == [0, 0, 0]
+
+
+def test_a_batch_rebuilt_each_epoch_after_a_process_map_keeps_the_maps_warm_pool():
+    # issue 27 (8): `batch` right after a process map makes a fused map node; rebuilt by a
+    # loop that writes `base.batch(4)` each epoch, the pool must follow the user's map
+    base = af.range(8).map(fns.slow_pid, **PROCESS)
+
+    def pids() -> set[int]:
+        return {int(pid) for _, ps in base.batch(4) for pid in ps}
+
+    first = pids()
+    assert first and pids() <= first and pids() <= first  # the same workers each epoch
+    base.close()  # the user's pipeline closes the pool its batches used
+    assert still_alive(first) == []
