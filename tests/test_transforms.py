@@ -105,6 +105,12 @@ def test_map_with_a_bad_executor_name_is_rejected():
         af.range(3).map(str, executor="gpu", concurrency=2).to_list()
 
 
+@pytest.mark.parametrize("op", ["map", "filter"])
+def test_a_bad_executor_is_rejected_when_the_pipeline_is_described(op):
+    with pytest.raises(af.PipelineError, match="executor must be None"):
+        getattr(af.range(3), op)(abs, executor="bogus")
+
+
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True])
 def test_map_with_bad_concurrency_is_rejected(bad):
     with pytest.raises(af.PipelineError, match="concurrency"):
