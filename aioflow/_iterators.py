@@ -45,7 +45,7 @@ def _check_timeout(timeout: float | None) -> float | None:
 
 
 class _Resumable:
-    """What both iterators share: the position, the state, the stats (see ``_state.py``)."""
+    """What both iterators share: the position, the state, the stats (see ``_state/state.py``)."""
 
     _pipeline: Pipeline[Any]
     _count: int

@@ -67,7 +67,7 @@ def _itself(a: Any) -> Any:
 
 
 #: The collates ``batch`` can make from a process map's results stacked in its workers
-#: (``_columns``): collate -> what a stacked array field becomes in the batch (every
+#: (``_process/columns``): collate -> what a stacked array field becomes in the batch (every
 #: other field is the collate of its values). ``integrations.torch`` adds its own.
 STACKED: dict[Callable[[Sequence[Any]], Any], Callable[[Any], Any]] = {default_collate: _itself}
 

@@ -5,7 +5,7 @@ of the run, for a coroutine) or a coroutine of one result (or ``Failure``) per i
 ``size()`` says how many items the next call takes. Async functions run as tasks on
 the loop and sync ones in a thread pool, an item per call; a caller's ``Executor`` (a
 Dask client's included) gets batches of ~``EXECUTOR_BATCH_SECONDS`` of work, and the
-run's process pool (``_procs``) batches sized by its workers' measured call time.
+run's process pool (``_process/pool``) batches sized by its workers' measured call time.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def resolve_executor(
     (``_threads.DaemonPool``), and so is one still running ``CLOSE_GRACE`` s after close.
 
     ``"process"`` is not an ``Executor`` here: ``concurrent_map`` sends batches of items
-    to the run's ``ProcessPool`` (``_procs``) instead.
+    to the run's ``ProcessPool`` (``_process/pool``) instead.
     """
     if executor is None:
         return None
@@ -230,7 +230,7 @@ class _ExecutorBatches(Calls):
 class _PoolCalls(Calls):
     """Batches of items sent to the run's process pool (``_procs.ProcessPool``); with
     ``columns=n``, parts of the batches of ``n`` (never two batches' items in one call),
-    whose results the worker stacks (``_columns``)."""
+    whose results the worker stacks (``_process/columns``)."""
 
     batched = True
 
@@ -259,7 +259,7 @@ class _PoolCalls(Calls):
 
 
 class _TimedCalls(Calls):
-    """Another kind of calls, each bounded by ``timeout`` (``_timeouts``: ``StageTimeout``)."""
+    """Another kind of calls, each bounded by ``timeout`` (``_core/timeouts``: ``StageTimeout``)."""
 
     def __init__(self, inner: Calls, timeout: float, ctx: Ctx) -> None:
         self.inner = inner

@@ -1,11 +1,11 @@
 """How user functions are called: inline, or concurrently as tasks, threads or processes.
 
 ``map`` and ``filter`` (and any operator that calls a user function per item) share this
-module: ``inline_map`` (``_inline``) is the fast path of a sync function on the loop,
+module: ``inline_map`` (``_calls/inline``) is the fast path of a sync function on the loop,
 ``concurrent_map`` the path with up to ``concurrency`` calls in flight, ordered or not.
 What differs between async functions (tasks on the loop), sync ones in a thread pool,
 batches of items in the caller's ``Executor`` (a Dask client's included) or in the run's
-process pool is only how a call starts: one ``Calls`` kind each (``_call_kinds``), all
+process pool is only how a call starts: one ``Calls`` kind each (``_calls/kinds``), all
 behind one batched interface. ``on_error`` is ``_policy.ErrorPolicy``.
 """
 
@@ -74,7 +74,7 @@ def concurrent_map(
     limit in use is the stage's ``concurrency`` in the stats. A process pool keeps its
     size (one worker per core).
 
-    One machinery for every kind of call (``_call_kinds``): async functions as tasks on
+    One machinery for every kind of call (``_calls/kinds``): async functions as tasks on
     the loop, sync ones in an executor (``"thread"`` or the caller's), or batches of
     items in the run's process pool. A feeder task reads the input and starts calls
     while a slot is free; the map yields the results, a chunk of all those ready at once.

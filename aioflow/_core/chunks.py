@@ -1,6 +1,6 @@
 """Chunk streams from plain iterables, and the small stream helpers several operators share.
 
-A run's stages pass chunks (lists of items) along async generators (see ``_runtime``);
+A run's stages pass chunks (lists of items) along async generators (see ``_core/run``);
 here are the readers of a user's sync or async iterable (or a ``Pipeline``, opened as a
 sub-stream of the run) and the slicing helpers that ``skip``, ``enumerate``, resuming
 logs and the combining operators use.

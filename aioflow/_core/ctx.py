@@ -28,7 +28,7 @@ class Ctx:
         self.meter = meter
         self.open_index = open_index  # how many times this node was opened before, ever
         self.lane = lane  # this instance's lane, once it runs: sub-pipelines report to it
-        # resuming (see _state.py): the node's number in the graph when this is its first
+        # resuming (see _state/state.py): the node's number in the graph when this is its first
         # opening in the run, and the state it saved, to start from (None: from the start)
         self.no: int | None = run.node_index.get(id(node))
         first = run.first_opening(node) is not None
@@ -59,7 +59,7 @@ class Ctx:
         """Open a sub-pipeline (from flat_map, interleave, ...) inside this run.
 
         ``resume``/``hook``: the state its first stage starts from, and what gets that
-        stage's ``seeker`` (see ``_state.py``).
+        stage's ``seeker`` (see ``_state/state.py``).
         """
         self.run.sub_resume = (resume, hook) if resume is not None or hook else None
         gen = self.run.open(pipeline, parent=self.meter, reader=self.lane, same_lane=False)

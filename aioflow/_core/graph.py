@@ -113,7 +113,7 @@ class Node:
     grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
     splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
-    resume: Any = None  # how its state is taken when resuming: see _state.py
+    resume: Any = None  # how its state is taken when resuming: see _state/state.py
     opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
     # a one-item source's blocking read of its item (a local file's): a fan-in may run it
     # in a batch on the run's threads instead of opening the node (a failure: it opens it)

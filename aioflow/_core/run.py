@@ -1,9 +1,9 @@
 """The run: how a run is built from a Pipeline, who owns its tasks, how it shuts down.
 
-``Run.open`` opens the graph from the sink (``_graph``): a node marked ``task=True``
+``Run.open`` opens the graph from the sink (``_core/graph``): a node marked ``task=True``
 (sources, concurrent maps, prefetch, fan-in) runs in a task of its own, and its output
-goes through a bounded ``Channel`` (``_channel``) to the next stage; consecutive inline
-nodes are fused, async generators chained inside the task that reads them (``_stages``).
+goes through a bounded ``Channel`` (``_core/channel``) to the next stage; consecutive inline
+nodes are fused, async generators chained inside the task that reads them (``_core/stages``).
 The consumer of a run reads the last channel (``_iterators``).
 
 Ownership flows downstream: a channel's reader starts the producing task on first read

@@ -21,7 +21,7 @@ from aioflow.stats.meters import Lane, StageMeter
 
 __all__ = ["counted", "items_of", "metered", "pump"]
 
-LaneCell = list[Lane | None]  # an instance's lane, once it runs (see _meters)
+LaneCell = list[Lane | None]  # an instance's lane, once it runs (see stats/meters)
 
 
 def counted(

@@ -1,7 +1,7 @@
 """Starting and stopping a run's tasks: one way to start one, one way to end them.
 
 Every task is created by ``new_task``: each task of a run through ``Run.start`` (which
-keeps it, see ``_runtime``), and the sync engine's driver (it makes and closes its run,
+keeps it, see ``_core/run``), and the sync engine's driver (it makes and closes its run,
 so it cannot belong to it). Every group of tasks or futures that a stage cancels on its
 way out is ended by ``cancel_and_wait``: cancel each, wait for all of them, and retrieve
 what they raised so that nothing is reported as "never retrieved".

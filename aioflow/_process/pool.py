@@ -3,13 +3,13 @@
 A pool belongs to one stage (its ``Node``) and stays warm between the runs of the
 pipelines that hold that stage, as DataLoader's ``persistent_workers``: a run checks the
 node's idle pool out (or starts one), attaches it to its loop, and at its end detaches it
-and checks it back in (``_pool_life``). A pool is closed, its workers reaped, when
+and checks it back in (``_process/pool_life``). A pool is closed, its workers reaped, when
 ``Pipeline.close()`` is called, when the node becomes unreachable (a ``weakref.finalize``),
 at interpreter exit, and at once when it is broken (a worker died), was closed meanwhile,
 or another run of the node already returned a pool.
 
 - Workers are fresh interpreters started with ``subprocess`` (no fork of a parent that
-  runs threads and a loop); they load ``_worker`` alone and never the user's
+  runs threads and a loop); they load ``_process/worker`` alone and never the user's
   ``__main__``, so a script without ``if __name__ == "__main__":`` works. They ignore
   SIGINT and live in a process group of their own, and end as soon as their socket
   reaches end-of-file, so they die with the parent, even a SIGKILLed one.
@@ -18,7 +18,7 @@ or another run of the node already returned a pool.
 - Items travel in batches sized from the measured call time (~``TASK_SECONDS`` of work
   per message), each item pickled on its own, so a bad one fails only itself; in an
   ordered map each worker has a second batch queued. Sends never block the loop: the
-  socket is non-blocking and large buffers go through shared memory (``_worker``).
+  socket is non-blocking and large buffers go through shared memory (``_process/worker``).
 - A worker that dies fails its calls with ``WorkerDied`` (pid, signal or exit code) and
   breaks the pool: later calls fail the same way, and the next run starts a fresh pool.
   With ``timeout``, a worker whose call runs too long is killed and replaced (its call

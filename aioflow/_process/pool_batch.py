@@ -40,7 +40,7 @@ class Batch:
         self.fds: list[int] = []  # shared memory of its items, until sent
         self.failures: dict[int, _wire.Failure] = {}  # items that could not be pickled
         self.timer: asyncio.TimerHandle | None = None
-        self.stack = False  # the worker may answer with the results stacked (_columns)
+        self.stack = False  # the worker may answer with the results stacked (_process/columns)
 
     def drop(self) -> None:
         for fd in self.fds:

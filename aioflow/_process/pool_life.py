@@ -1,4 +1,4 @@
-"""How a process pool lives between runs, and how it dies (see ``_procs``).
+"""How a process pool lives between runs, and how it dies (see ``_process/pool``).
 
 A run checks a stage's idle pool out (``checkout``) and gives it back at its end
 (``release``): the pool is then kept, warm and idle, for the next run of the same node

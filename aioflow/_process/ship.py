@@ -1,6 +1,6 @@
 """Functions shipped to worker processes by value: cloudpickled, with their real file
 names (a worker's traceback shows the user's file and line, not ``<dynamic-code>``) and
-the source lines of files a worker lacks (a notebook cell's); ``_worker`` loads them."""
+the source lines of files a worker lacks (a notebook cell's); ``_process/worker`` loads them."""
 
 from __future__ import annotations
 

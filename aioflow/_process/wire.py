@@ -1,9 +1,9 @@
 """The wire between a process pool and its workers: messages, and values with buffers.
 
-Both sides speak it: the parent (``_procs``, ``_pool_wire``, ``_pool_batch``) and the
-worker process (``_worker``), which loads this file and its own without the ``aioflow``
-package (so this module imports nothing of aioflow). One Unix socket per worker carries
-framed messages, each with the file descriptors it passes along (``SCM_RIGHTS``).
+Both sides speak it: the parent (``pool``, ``pool_wire``, ``pool_batch``) and the worker
+process (``worker``), which loads this file and its own without the ``aioflow`` package
+(so this module imports nothing of aioflow). One Unix socket per worker carries framed
+messages, each with the file descriptors it passes along (``SCM_RIGHTS``).
 
 A batch of items, or of results, is pickled at once (protocol 5) as
 ``(data, sizes, blob)``: one pickle per message is what keeps small items cheap.

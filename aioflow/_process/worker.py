@@ -1,8 +1,8 @@
 """The worker process of a ``"process"`` map.
 
-A worker is a fresh interpreter (``python -c``) that loads ``_wire.py``,
-``_columns.py`` and this file alone, without the ``aioflow`` package and without the
-user's ``__main__``: it never re-runs the user's script. It speaks ``_wire`` on one Unix
+A worker is a fresh interpreter (``python -c``) that loads ``_process/wire.py``,
+``_process/columns.py`` and this file alone, without the ``aioflow`` package and without the
+user's ``__main__``: it never re-runs the user's script. It speaks ``_process/wire`` on one Unix
 socket:
 
 - parent -> worker: first ``("init", sys_path)``, then tasks
@@ -16,7 +16,7 @@ A bad item fails only itself: when a batch cannot be pickled, or loaded in the w
 (``kind`` is then ``None``: "send them one by one"), its items travel as ``entries``,
 each pickled on its own (``None`` for one the parent could not pickle); results the
 same way (``kind`` "items"). With ``stack`` (a map before ``batch``), results that all
-succeeded and stack go as columns (``kind`` "columns", see ``_columns``). A worker
+succeeded and stack go as columns (``kind`` "columns", see ``_process/columns``). A worker
 computes its next batch while a writer thread sends the last one's results.
 
 A reader thread takes tasks off the socket; when the socket reaches end-of-file (the
@@ -148,7 +148,7 @@ def _results(
 ) -> tuple[float, str, Any]:
     """(seconds, kind, payload): the results pickled at once (plain pickle, else
     cloudpickle), or one by one so that one that cannot be sent fails only itself; with
-    ``stack``, stacked in columns first when they all succeeded and stack (``_columns``)."""
+    ``stack``, stacked in columns first when they all succeeded and stack (``_process/columns``)."""
     stacked = _stacked(ys) if stack else None
     ways = [("batch", ys)] if stacked is None else [("columns", stacked), ("batch", ys)]
     for kind, value in ways:

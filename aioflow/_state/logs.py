@@ -1,4 +1,4 @@
-"""The logs a running node keeps so that a state can say where it was (see ``_state.py``).
+"""The logs a running node keeps so that a state can say where it was (see ``_state/state.py``).
 
 A node runs ahead of the consumer: when ``state_dict()`` is called for the consumer's
 ``k``-th item, the sources and the nodes that change counts (``flat_map``, file readers)

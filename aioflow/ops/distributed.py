@@ -1,7 +1,7 @@
 """``Pipeline.distribute``: the part of a pipeline before it runs on a Dask cluster.
 
 Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
-(``_splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
+(``_state/splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
 as the epoch goes, fewer near the epoch's end), runs the part before ``distribute`` over
 them on a worker and returns their items. A consumer keeps two tasks per worker thread
 submitted or waiting to be read (``max_outstanding`` also bounds the elements in them)

@@ -1,5 +1,5 @@
 """The operator kit: the building blocks an operator module (``ops/<family>.py``) uses, in
-one place. An operator imports them from here, not from ``_core`` and ``_state``:
+one place. An operator imports them from here, not from ``_core`` and ``_state/state``:
 
 - the graph: ``Node`` (what an operator describes), ``Build``, ``Ctx``, ``ChunkIter``,
   ``Opener``, ``Chunk``, ``aclosing``, the cardinalities and chunk sizes;

@@ -2,7 +2,7 @@
 
 ``shuffle`` is tf.data's buffer shuffle, with random indices drawn in bulk per chunk.
 ``sort_by`` with a ``buffer_size`` is a heap that repairs bounded lateness; without one it
-is an external merge sort (see ``_spill``). ``group_by`` collects per-key groups with
+is an external merge sort (see ``ops/ordering_spill``). ``group_by`` collects per-key groups with
 bounded memory.
 """
 

@@ -152,7 +152,7 @@ def prefetch_node(up: Pipeline[Any], n: int) -> Node | None:
     """``prefetch``: a task of its own keeps ``n`` items ready (None: ``prefetch(0)``).
 
     With ``AUTOTUNE`` the channel starts at one chunk and may grow to
-    ``PREFETCH_MAX_ITEMS`` (see ``_runtime``).
+    ``PREFETCH_MAX_ITEMS`` (see ``_core/run``).
     """
     auto = n == AUTOTUNE
     if auto:

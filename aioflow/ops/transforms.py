@@ -2,7 +2,7 @@
 async-generator stage). ``take``, ``skip``, ``repeat``, ``shard``, ``prefetch``: ``slicing``.
 
 Each operator is one ``*_node`` function here that checks its arguments and makes the
-complete ``Node`` (its async generator over the chunks of its input, see ``_runtime``;
+complete ``Node`` (its async generator over the chunks of its input, see ``_core/run``;
 whether it runs in a task; what it holds; its cardinality and state); the ``Pipeline``
 methods in ``pipeline.py`` are one line each on top of them.
 """
