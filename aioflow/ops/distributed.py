@@ -106,7 +106,26 @@ def job_of(upstream: Pipeline[Any], leaf: Node) -> bytes:
     """The part before ``distribute`` as a task gets it: the source left out (a hole that
     the task fills with its splits), so that a long file list is not in every task."""
     hole = pipeline_of(Node("split", _no_split, task=True))
-    return cloudpickle.dumps((_with_source(upstream, leaf, hole), hole._node))
+    job = _with_source(upstream, leaf, hole)
+    try:
+        return cloudpickle.dumps((job, hole._node))
+    except Exception as e:
+        raise PipelineError(
+            f"distribute: stage {_unpicklable(job)!r} before it cannot be sent to the Dask"
+            f" workers (cloudpickle, by value): {e!r}. Make what its function refers to"
+            " picklable (open files, locks, sockets or clients inside the function, or in a"
+            " class whose __reduce__ reopens them)."
+        ) from e
+
+
+def _unpicklable(job: Pipeline[Any]) -> str:
+    """The name of the first stage (from the source) that cannot be pickled alone."""
+    for node in reversed(graph_nodes(job)):
+        try:
+            cloudpickle.dumps(node.build)
+        except Exception:
+            return node.name
+    return "?"
 
 
 def run_split(

@@ -145,6 +145,21 @@ def test_unsplittable_sources_are_refused_naming_them(client):
         af.range(3).distribute(client, num_consumers=2, consumer_index=2)
 
 
+def test_a_function_that_cannot_be_shipped_is_named_with_what_to_do(client):
+    # issue 27 (4): was a bare TypeError("cannot pickle '_thread.lock' object")
+    lock = threading.Lock()
+
+    def locked(x: int) -> int:
+        with lock:
+            return x
+
+    with pytest.raises(af.PipelineError) as info:
+        af.range(3).map(locked).distribute(client)
+    msg = str(info.value)
+    assert "map(locked)" in msg and "_thread.lock" in msg and "picklable" in msg
+    assert isinstance(info.value.__cause__, TypeError)
+
+
 def test_user_error_in_a_split_surfaces_as_itself_with_a_note(client):
     def boom(x: int) -> int:
         if x == 77:
