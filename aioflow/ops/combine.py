@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aioflow._core.base import PipelineBase, pipeline_of
-from aioflow.errors import PipelineError
-from aioflow.ops.kit import (
+from aioflow._core.run import (
     CHUNK_MAX,
     INFINITE_CARD,
     UNKNOWN_CARD,
@@ -24,6 +23,7 @@ from aioflow.ops.kit import (
     Opener,
     aclosing,
 )
+from aioflow.errors import PipelineError
 from aioflow.ops.sampling import check_seed, epoch_rng, probabilities
 
 if TYPE_CHECKING:
