@@ -15,10 +15,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+#: A program run from a shell has Ctrl-C's default handler; a test runner started in the
+#: background of a non-interactive shell ignores SIGINT, and a child inherits that (so it
+#: would never see its Ctrl-C): each child starts from the default, as from a terminal.
+SIGINT_AS_IN_A_TERMINAL = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+)
+
+
 def _spawn(code: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", SIGINT_AS_IN_A_TERMINAL + textwrap.dedent(code)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.faults.test_interrupts import SIGINT_AS_IN_A_TERMINAL
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: The program's prologue: ``work`` marks its worker, then runs for ``SECONDS`` a call.
@@ -49,8 +51,9 @@ BUSY, HUNG = 0.005, 3600.0  # seconds a call takes after the first item
 def _spawn(code: str, marks: Path, seconds: float) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("PYTHONFAULTHANDLER", None)
+    program = SIGINT_AS_IN_A_TERMINAL + PROLOGUE + textwrap.dedent(code)
     return subprocess.Popen(
-        [sys.executable, "-c", PROLOGUE + textwrap.dedent(code), str(marks), str(seconds)],
+        [sys.executable, "-c", program, str(marks), str(seconds)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
