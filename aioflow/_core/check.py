@@ -7,12 +7,13 @@ never while it runs.
 from __future__ import annotations
 
 import functools
+from concurrent.futures import Executor
 from typing import Any
 
 from aioflow._core.autotune import AUTOTUNE
 from aioflow.errors import PipelineError
 
-__all__ = ["check_concurrency", "check_int", "fn_name", "is_int"]
+__all__ = ["check_concurrency", "check_executor", "check_int", "fn_name", "is_int"]
 
 
 def is_int(v: Any, lo: int | None = None) -> bool:
@@ -44,6 +45,16 @@ def check_concurrency(concurrency: int, what: str = "concurrency") -> int:
     if concurrency == AUTOTUNE:
         return concurrency
     return check_int(what, concurrency, 1, want="a positive int or af.AUTOTUNE")
+
+
+def check_executor(executor: Any) -> Any:
+    """``None``, ``"thread"``, ``"process"`` or a ``concurrent.futures.Executor``."""
+    if executor is None or isinstance(executor, Executor) or executor in ("thread", "process"):
+        return executor
+    raise PipelineError(
+        f'executor must be None, "thread", "process" or a concurrent.futures.Executor,'
+        f" got {executor!r}"
+    )
 
 
 def fn_name(fn: Any) -> str:

@@ -13,12 +13,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any, cast
 
 from aioflow._core.base import pipeline_of
-from aioflow._core.check import check_int, is_int
-from aioflow._core.policy import call, each, each_into
-from aioflow._core.run import UNKNOWN_CARD, Build, ChunkIter, Ctx, Node, Opener, aclosing
 from aioflow._process.columns import Rows, collated, cut, joined
-from aioflow._state.logs import chunkwise
-from aioflow._state.state import LOGGED, per_batch
 from aioflow.collate import (
     STACKED,
     default_collate,
@@ -28,6 +23,23 @@ from aioflow.collate import (
     split_rows,
 )
 from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
+    LOGGED,
+    UNKNOWN_CARD,
+    Build,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    aclosing,
+    call,
+    check_int,
+    chunkwise,
+    each,
+    each_into,
+    is_int,
+    per_batch,
+)
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline

@@ -33,9 +33,16 @@ import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aioflow._core.run import Chunk, ChunkIter, Ctx, Node, Opener, aclosing
 from aioflow.errors import PipelineError, StageError
 from aioflow.io._streams import Buffered, bad_input, open_stream
+from aioflow.ops.kit import (
+    Chunk,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    aclosing,
+)
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aioflow._core.base import PipelineBase, pipeline_of
-from aioflow._core.run import (
+from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
     CHUNK_MAX,
     INFINITE_CARD,
     UNKNOWN_CARD,
@@ -23,7 +24,6 @@ from aioflow._core.run import (
     Opener,
     aclosing,
 )
-from aioflow.errors import PipelineError
 from aioflow.ops.sampling import check_seed, epoch_rng, probabilities
 
 if TYPE_CHECKING:

@@ -34,10 +34,18 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from aioflow._core.base import pipeline_of
-from aioflow._core.run import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, graph_nodes
 from aioflow._core.tasks import cancelling
 from aioflow.errors import PipelineError, StageError
 from aioflow.ops.combine import concat
+from aioflow.ops.kit import (
+    CHUNK_MAX,
+    UNKNOWN_CARD,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    graph_nodes,
+)
 from aioflow.ops.slicing import shard_from_env
 from aioflow.stats.meters import StageMeter
 

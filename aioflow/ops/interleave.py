@@ -17,25 +17,29 @@ from typing import TYPE_CHECKING, Any, cast
 
 from aioflow._core.autotune import AUTOTUNE
 from aioflow._core.base import PipelineBase
-from aioflow._core.check import check_concurrency, check_int, fn_name
 from aioflow._core.chunks import iterable_chunks, skip_chunks
 from aioflow._core.fanin import merge
-from aioflow._core.policy import call
-from aioflow._core.run import (
-    CHANNEL_ITEMS,
-    CHUNK_MAX,
-    UNKNOWN_CARD,
-    ChunkIter,
-    Ctx,
-    Node,
-    Opener,
-    items_of,
-)
 from aioflow._core.tasks import aclosing
-from aioflow._state.logs import CycleLog
-from aioflow._state.state import LOGGED, UNORDERED, Refuse
 from aioflow.errors import PipelineError
 from aioflow.ops.interleave_subs import Loads, Sub, close_all
+from aioflow.ops.kit import (
+    CHANNEL_ITEMS,
+    CHUNK_MAX,
+    LOGGED,
+    UNKNOWN_CARD,
+    UNORDERED,
+    ChunkIter,
+    Ctx,
+    CycleLog,
+    Node,
+    Opener,
+    Refuse,
+    call,
+    check_concurrency,
+    check_int,
+    fn_name,
+    items_of,
+)
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline

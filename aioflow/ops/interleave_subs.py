@@ -17,8 +17,13 @@ from time import perf_counter
 from typing import Any
 
 from aioflow._core import fanin as _fanin
-from aioflow._core.run import ChunkIter, Ctx, Node, Run
 from aioflow._core.tasks import cancel_and_wait
+from aioflow.ops.kit import (
+    ChunkIter,
+    Ctx,
+    Node,
+    Run,
+)
 
 __all__ = ["Loads", "Sub", "close_all", "next_chunk"]
 

@@ -17,21 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioflow._core.check import check_int
 from aioflow._core.chunks import skip_chunks
-from aioflow._core.policy import each_into
-from aioflow._core.run import (
+from aioflow.errors import LateItem, PipelineError, annotate
+from aioflow.ops.kit import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
+    LOGGED,
     ChunkIter,
     Ctx,
     Node,
     Opener,
+    Refuse,
+    ShuffleLog,
     aclosing,
+    check_int,
+    each_into,
 )
-from aioflow._state.logs import ShuffleLog
-from aioflow._state.state import LOGGED, Refuse
-from aioflow.errors import LateItem, PipelineError, annotate
 from aioflow.ops.ordering_spill import external_sort, keys_of
 from aioflow.ops.partition import INPUT_ITEMS, build_partition_by
 from aioflow.ops.sampling import card_unknown, check_seed, epoch_rng

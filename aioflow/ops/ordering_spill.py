@@ -22,12 +22,15 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from aioflow._core.ctx import Ctx
-from aioflow._core.graph import CHUNK_MAX, ChunkIter
-from aioflow._core.policy import each
 from aioflow._core.tasks import aclosing
 from aioflow._core.threads import DaemonPool, in_thread
 from aioflow.errors import annotate
+from aioflow.ops.kit import (
+    CHUNK_MAX,
+    ChunkIter,
+    Ctx,
+    each,
+)
 
 __all__ = ["FANIN", "external_sort", "keys_of"]
 

@@ -15,12 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from aioflow._core.base import PipelineBase, pipeline_of
 from aioflow._core.channel import Channel
-from aioflow._core.ctx import Ctx
 from aioflow._core.fanin import merge_all
-from aioflow._core.graph import CHANNEL_ITEMS, ChunkIter, Node, Opener
-from aioflow._core.policy import call, each
 from aioflow._core.tasks import aclosing, cancel_and_wait
 from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
+    CHANNEL_ITEMS,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    call,
+    each,
+)
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline

@@ -14,13 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioflow._core.check import fn_name
 from aioflow._core.chunks import skip_chunks
-from aioflow._core.policy import each
-from aioflow._core.run import INFINITE_CARD, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener, aclosing
-from aioflow._state.logs import ChunkLog
-from aioflow._state.state import LOGGED
 from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
+    INFINITE_CARD,
+    LOGGED,
+    UNKNOWN_CARD,
+    ChunkIter,
+    ChunkLog,
+    Ctx,
+    Node,
+    Opener,
+    aclosing,
+    each,
+    fn_name,
+)
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline

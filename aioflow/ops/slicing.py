@@ -12,20 +12,25 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aioflow._core.autotune import AUTOTUNE, PREFETCH_MAX_ITEMS
-from aioflow._core.check import check_int, is_int
 from aioflow._core.chunks import skip_chunks
-from aioflow._core.run import (
+from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
     CHUNK_MAX,
     INFINITE_CARD,
+    LOGGED,
     UNKNOWN_CARD,
     ChunkIter,
     Ctx,
     Node,
     Opener,
     aclosing,
+    check_int,
+    is_int,
+    one_to_one,
+    resumed,
+    skipping,
+    taking,
 )
-from aioflow._state.state import LOGGED, one_to_one, resumed, skipping, taking
-from aioflow.errors import PipelineError
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline

@@ -15,13 +15,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from aioflow._core.base import pipeline_of
-from aioflow._core.check import check_int, is_int
 from aioflow._core.chunks import iterable_chunks, sync_chunks
-from aioflow._core.run import CHUNK_MAX, UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
-from aioflow._state.logs import COUNTED, counted_source
 from aioflow._state.splits import IndexSplits, RangeSplits, list_source
-from aioflow._state.state import Seek
 from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
+    CHUNK_MAX,
+    COUNTED,
+    UNKNOWN_CARD,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    Seek,
+    check_int,
+    counted_source,
+    is_int,
+)
 from aioflow.ops.slicing import shard_from_env
 from aioflow.ops.sources_index import Position
 from aioflow.ops.sources_permute import Permutation

@@ -16,23 +16,33 @@ from typing import TYPE_CHECKING, Any, cast
 from aioflow._calls.maps import DROP, ErrorPolicy, concurrent_map, inline_map, is_async_callable
 from aioflow._core.autotune import AUTOTUNE, resolve_concurrency
 from aioflow._core.base import PipelineBase
-from aioflow._core.check import check_concurrency, check_int, fn_name
 from aioflow._core.chunks import enumerate_chunks, iterable_chunks, skip_chunks
-from aioflow._core.policy import NOTHING, call, each, read_one
-from aioflow._core.run import (
+from aioflow.errors import PipelineError
+from aioflow.ops.kit import (
     CHUNK_MAX,
     INFINITE_CARD,
+    LOGGED,
+    NOTHING,
     UNKNOWN_CARD,
     Build,
     ChunkIter,
     Ctx,
+    ElementLog,
     Node,
     Opener,
     aclosing,
+    call,
+    call_resume,
+    check_concurrency,
+    check_executor,
+    check_int,
+    chunkwise,
+    counting,
+    each,
+    fn_name,
+    read_one,
+    resumed,
 )
-from aioflow._state.logs import ElementLog, chunkwise
-from aioflow._state.state import LOGGED, call_resume, counting, resumed
-from aioflow.errors import PipelineError
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline
@@ -128,6 +138,7 @@ def _check_call(
     if not callable(fn):
         raise PipelineError(f"map/filter needs a callable, got {type(fn).__name__}")
     check_concurrency(concurrency)
+    check_executor(executor)
     is_async = is_async_callable(fn)
     if executor == "process" and is_async:
         raise PipelineError(

@@ -1,0 +1,70 @@
+"""The operator kit: the building blocks an operator module (``ops/<family>.py``) uses, in
+one place. An operator imports them from here, not from ``_core`` and ``_state/state``:
+
+- the graph: ``Node`` (what an operator describes), ``Build``, ``Ctx``, ``ChunkIter``,
+  ``Opener``, ``Chunk``, ``aclosing``, the cardinalities and chunk sizes;
+- the error policy (``_core/policy.py``): ``call``, ``each``, ``each_into``, ``read_one``,
+  ``NOTHING``;
+- argument checks (``_core/check.py``): ``check_int``, ``check_concurrency``,
+  ``check_executor``, ``is_int``, ``fn_name``;
+- resume rules (``_state/``): ``one_to_one``, ``counting``, ``per_batch``, ``skipping``,
+  ``taking``, ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``UNORDERED``
+  and the logs (``ChunkLog``, ``ElementLog``, ``CycleLog``, ``ShuffleLog``, ...).
+
+Example:
+    >>> from aioflow.ops import kit
+    >>> kit.check_int("size", 3, 1), kit.Node.__name__
+    (3, 'Node')
+"""
+
+from __future__ import annotations
+
+from aioflow._core.check import check_concurrency, check_executor, check_int, fn_name, is_int
+from aioflow._core.policy import NOTHING, call, each, each_into, read_one
+from aioflow._core.run import (
+    CHANNEL_ITEMS,
+    CHUNK_MAX,
+    INFINITE_CARD,
+    UNKNOWN_CARD,
+    Build,
+    Chunk,
+    ChunkIter,
+    Ctx,
+    Node,
+    Opener,
+    Run,
+    aclosing,
+    graph_nodes,
+    items_of,
+)
+from aioflow._state.logs import (
+    COUNTED,
+    ChunkLog,
+    CycleLog,
+    ElementLog,
+    ShuffleLog,
+    chunkwise,
+    counted_source,
+)
+from aioflow._state.state import (
+    LOGGED,
+    UNORDERED,
+    Refuse,
+    Seek,
+    call_resume,
+    counting,
+    one_to_one,
+    per_batch,
+    resumed,
+    skipping,
+    taking,
+)
+
+__all__ = [
+    "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
+    "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
+    "ElementLog", "Node", "Opener", "Refuse", "Run", "Seek", "ShuffleLog", "aclosing", "call",
+    "call_resume", "check_concurrency", "check_executor", "check_int", "chunkwise",
+    "counted_source", "counting", "each", "each_into", "fn_name", "graph_nodes", "is_int",
+    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "skipping", "taking",
+]  # fmt: skip
