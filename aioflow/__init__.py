@@ -28,6 +28,9 @@ from aioflow.io import (
 from aioflow.integrations.torch import from_torch_dataset
 from aioflow.ops.sources import from_dataflow, from_iterable, from_source, range
 
+# event time
+from aioflow.ops.event_time import Window
+
 # combining pipelines
 from aioflow.ops.combine import choose_from, concat, sample_from, zip
 
@@ -76,6 +79,7 @@ __all__ = [
     "StageTimeout",
     "StateMismatch",
     "StatefulLoader",
+    "Window",
     "WorkerDied",
     "__version__",
     "bench",

@@ -123,6 +123,7 @@ class GroupMethods(PipelineBase, Generic[T]):
         max_in_memory: int = 1_000_000,
         spill_dir: str | None = None,
         on_late: str = "emit",
+        max_delay: Any = None,
     ) -> Pipeline[T]:
         """Sort by ``key(item)``: a streaming sort through a buffer, or a full external sort.
 
@@ -141,6 +142,14 @@ class GroupMethods(PipelineBase, Generic[T]):
         at the end. The directory is removed when the run ends, is stopped early or
         fails. Items and keys must pickle when the sort spills.
 
+        With ``max_delay`` (event time, in key units: ms, s, ...) it is a streaming sort
+        bounded in time instead of places: the *watermark* is the largest key seen minus
+        ``max_delay``, and an item comes out once the watermark reaches its key. The output
+        is exactly sorted whenever no item is more than ``max_delay`` later than the
+        largest key before it; a later item (its key below the watermark) is late, per
+        ``on_late``. ``it.watermark()`` says up to which key the output is complete.
+        Memory: the items within ``max_delay`` of the largest key.
+
         Example:
             >>> import aioflow as af
             >>> af.from_iterable([1, 0, 2, 4, 3, 5]).sort_by(lambda x: x, buffer_size=1).to_list()
@@ -148,9 +157,11 @@ class GroupMethods(PipelineBase, Generic[T]):
             >>> words = af.from_iterable(["bb", "a", "cc", "d"])
             >>> words.sort_by(len, reverse=True, max_in_memory=2).to_list()
             ['bb', 'cc', 'a', 'd']
+            >>> af.from_iterable([3, 1, 2, 6, 5, 9]).sort_by(lambda t: t, max_delay=2).to_list()
+            [1, 2, 3, 5, 6, 9]
         """
         return self._add(
-            _o.sort_by_node, key, buffer_size, reverse, max_in_memory, spill_dir, on_late
+            _o.sort_by_node, key, buffer_size, reverse, max_in_memory, spill_dir, on_late, max_delay
         )
 
     def group_by(

@@ -26,6 +26,7 @@ from aioflow._core.engine import Engine
 from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
+from aioflow._state.held import watermark_at
 from aioflow._state.state import check_state, make_state, next_opens, refuse_inexact, take_nodes
 from aioflow.errors import NextTimeout, PipelineError
 from aioflow.stats import RunStats
@@ -69,6 +70,23 @@ class _Resumable:
 
     def _current_run(self) -> Run | None:
         raise NotImplementedError
+
+    def watermark(self) -> Any:
+        """The event time up to which the output is complete (None before any).
+
+        That of the event-time stage nearest the consumer (``sort_by(max_delay=)``,
+        ``window_by_time``, ``sessions``, ``asof_join``), as it was when the last item
+        yielded left it: no item (window, session) still to come has an earlier time (end),
+        late ones aside. None without such a stage.
+
+        Example:
+            >>> import aioflow as af
+            >>> with af.from_iterable([1, 4, 2, 8]).sort_by(lambda t: t, max_delay=2).iter() as it:
+            ...     before, items, after = it.watermark(), list(it), it.watermark()
+            >>> before, items, after
+            (None, [1, 2, 4, 8], 8)
+        """
+        return watermark_at(self._pipeline, self._current_run(), self._count - self._base)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data from which ``p.iter(state=...)`` resumes after the items yielded so far.

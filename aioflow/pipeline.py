@@ -2,8 +2,8 @@
 
 Every method returns a new ``Pipeline`` that points at the one it was called on; nothing
 runs until it is iterated. Each iteration is a fresh run (see ``_runtime.Run``). The
-operator methods come from ``_item_methods`` and ``_group_methods``, one line each on
-top of the family modules (``transforms``, ``batching``, ...); here are the running
+operator methods come from ``_item_methods``, ``_group_methods`` and ``_time_methods``,
+one line each on top of the family modules (``transforms``, ``batching``, ...); here are the running
 methods (``iter``, ``to_list``, ``close``, ...) and the static bounds.
 """
 
@@ -18,6 +18,7 @@ from aioflow._group_methods import GroupMethods
 from aioflow._item_methods import ItemMethods
 from aioflow._iterators import AsyncPipelineIterator, PipelineIterator
 from aioflow._process.pool_life import close_nodes_pools
+from aioflow._time_methods import TimeMethods
 
 T = TypeVar("T")
 
@@ -29,7 +30,7 @@ INFINITE = INFINITE_CARD
 UNKNOWN = UNKNOWN_CARD
 
 
-class Pipeline(ItemMethods[T], GroupMethods[T]):
+class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
     """A lazy, immutable, re-iterable description of a stream of items.
 
     Iterate it with ``for`` (a sync adapter runs it on a background event loop) or

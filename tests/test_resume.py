@@ -264,7 +264,8 @@ def test_filter_and_unbatch_resume_by_seeking_at_the_chunk():
 def test_stages_without_a_seekable_state_fall_back_to_replaying_exactly():
     def make():
         p = af.from_source(range(400), shuffle=True, seed=5).scan(0, lambda s, x: (s + x, s))
-        return p.sort_by(lambda x: x % 7, buffer_size=20).batch(7, collate=list)
+        p = p.sort_by(lambda x: x % 7, buffer_size=20).batch(5, collate=list)
+        return p.rebatch(7)  # (rebatch keeps no state: it replays)
 
     whole = make().to_list()
     head, state = interrupted(make, 11)
@@ -345,6 +346,13 @@ STAGES = {
         lambda x: af.range(x % 11), cycle_length=a % 3 + 1, block_length=a % 4 + 1
     ),
     "resample": lambda p, a: p.rejection_resample(lambda x: x % 2, [0.3, 0.7], seed=a),
+    "sort_by": lambda p, a: p.sort_by(lambda x: x % 13, buffer_size=a % 5 + 1),
+    "sort_by-delay": lambda p, a: p.sort_by(lambda x: x, max_delay=a, on_late="drop"),
+    "group_by": lambda p, a: p.group_by(lambda x: x % 3, size=a % 4 + 1).map(lambda g: sum(g[1])),
+    "scan": lambda p, a: p.scan(a, lambda s, x: (s + x, s - x)),
+    "sessions": lambda p, a: p.sessions(lambda x: x, 3, by=lambda x: x % 2, max_delay=a).map(
+        lambda w: sum(w.items)
+    ),
     "interleave-lists": lambda p, a: p.interleave(
         lambda x: [x] * (x % 4), cycle_length=2, concurrency=2
     ),
@@ -427,7 +435,7 @@ def test_merge_states_refuses_states_that_do_not_fit():
     _, t = interrupted(lambda: af.from_source(range(100)).take(50), 3)
     with pytest.raises(af.StateMismatch, match="hold nothing"):
         af.merge_states([t], num_shards=2)
-    _, r = interrupted(lambda: af.from_source(range(100)).scan(0, lambda s, x: (s, x)), 3)
+    _, r = interrupted(lambda: af.from_source(range(100)).scan([], lambda s, x: (s, x)), 3)
     with pytest.raises(af.StateMismatch, match="replays"):
         af.merge_states([r], num_shards=2)
 

@@ -31,6 +31,8 @@ __all__ = [
     "ShuffleLog",
     "chunkwise",
     "counted_source",
+    "frozen",
+    "thaw",
 ]
 
 M = TypeVar("M")
@@ -297,8 +299,34 @@ class ChunkLog:
         target = k + self.drop
         for out, taken, state in reversed(snapshot(self.marks) or ()):
             if out <= target:
+                if state is UNSAVED:
+                    return None
                 return {"state": state, "drop": target - out}, taken
         return None
+
+
+#: A ``ChunkLog`` mark whose state was not kept: a state there replays.
+UNSAVED: Any = object()
+
+
+def frozen(v: Any, depth: int = 0) -> Any:
+    """``v`` as plain data if it is immutable (numbers, strings, None, short tuples of
+    them; a tuple as ``{"tuple": [...]}``), else ``UNSAVED``: a reference to it is safe to
+    keep in a log, since nothing can change it in place."""
+    t = type(v)
+    if t is int or t is float or t is str or t is bool or v is None:
+        return v
+    if t is tuple and depth < 4 and len(v) <= 64:
+        items = [frozen(x, depth + 1) for x in v]
+        return UNSAVED if any(x is UNSAVED for x in items) else {"tuple": items}
+    return UNSAVED
+
+
+def thaw(v: Any) -> Any:
+    """What ``frozen`` made, back."""
+    if isinstance(v, dict):
+        return tuple(thaw(x) for x in v["tuple"])
+    return v
 
 
 def chunkwise(build: Build) -> Build:

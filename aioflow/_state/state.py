@@ -44,7 +44,15 @@ from aioflow.errors import PipelineError, StateMismatch
 if TYPE_CHECKING:
     from aioflow._core.run import Run
 
-__all__ = ["SEEK", "Refuse", "Seek", "check_state", "fingerprint", "make_state", "take_nodes"]
+__all__ = [
+    "SEEK",
+    "Refuse",
+    "Seek",
+    "check_state",
+    "fingerprint",
+    "make_state",
+    "take_nodes",
+]
 
 STATE_VERSION = 2
 
@@ -226,55 +234,67 @@ def take_nodes(
     """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay).
 
     ``opens`` (the state's open indexes) is updated for the nodes upstream of a
-    ``repeat`` resumed in a later epoch than the run's first.
+    ``repeat`` resumed in a later epoch than the run's first. A node with several inputs
+    (``asof_join``) says what each resumes after: each is walked in turn.
     """
 
     index = run.node_index if run is not None else number_nodes(pipeline)
-    prev = run.resume_nodes if run is not None else {}
+    prev0 = run.resume_nodes if run is not None else {}
     nodes: dict[str, Any] = {}
-    p = pipeline
-    shift = 0  # the epoch of a repeat's input, counted in this run
-    while True:
-        node = p._node
-        no = index.get(id(node))
-        if no is None:
-            return None
-        r = node.resume
-        seek = None
-        if run is not None and no in run.first_open:
-            seek = run.seekers.get((no, run.first_open[no] + shift))
-        if isinstance(r, Seek):
-            if seek is not None:
-                st = seek(k)
-            elif k == 0:  # not opened yet: where it would start
-                st = prev.get(no) if no in prev else (r.start() if r.start else None)
+    todo: list[tuple[Any, int, int, dict[int, Any]]] = [(pipeline, k, 0, prev0)]
+    while todo:
+        p, k, shift, prev = todo.pop()  # shift: the epoch of a repeat's input, in this run
+        while True:
+            node = p._node
+            no = index.get(id(node))
+            if no is None or str(no) in nodes:  # (a node read by two inputs: replay)
+                return None
+            r = node.resume
+            seek = None
+            if run is not None and no in run.first_open:
+                seek = run.seekers.get((no, run.first_open[no] + shift))
+            if isinstance(r, Seek):
+                if seek is not None:
+                    st = seek(k)
+                elif k == 0:  # not opened yet: where it would start
+                    st = prev.get(no) if no in prev else (r.start() if r.start else None)
+                else:
+                    st = None
+                if st is None:
+                    return None
+                nodes[str(no)] = st
+                break
+            if r == LOGGED:
+                first: Any = 0 if len(node.inputs) < 2 else [0] * len(node.inputs)
+                res: Any = (
+                    seek(k) if seek is not None else ((prev.get(no), first) if k == 0 else None)
+                )
+                if res is None:
+                    return None
+                st, k, later = res[0], res[1], (res[2] if len(res) > 2 else 0)
+                if isinstance(k, list):  # several inputs, each after its own count
+                    if len(k) != len(node.inputs):
+                        return None
+                    nodes[str(no)] = st
+                    todo.extend((q, kq, shift, prev) for q, kq in zip(node.inputs, k, strict=True))
+                    break
+                if shift and len(res) > 2:
+                    # a repeat inside a repeat in a later epoch: the openings of the inner
+                    # one's input are not counted by the outer epoch (replay)
+                    return None
+                if later:  # a later epoch of a repeat: its input starts afresh
+                    shift = later
+                    prev = {}
+                    if opens is not None:
+                        for up in _upstream(node, index):
+                            opens[up] = opens.get(up, 0) + later
+            elif callable(r) and len(node.inputs) == 1:
+                st, k = r(prev.get(no), k)
             else:
-                st = None
-            if st is None:
                 return None
             nodes[str(no)] = st
-            return nodes
-        if r == LOGGED:
-            res: Any = seek(k) if seek is not None else ((prev.get(no), 0) if k == 0 else None)
-            if res is None:
-                return None
-            st, k, later = res[0], res[1], (res[2] if len(res) > 2 else 0)
-            if shift and len(res) > 2:
-                # a repeat inside a repeat in a later epoch: the openings of the inner
-                # one's input are not counted by the outer epoch (replay)
-                return None
-            if later:  # a later epoch of a repeat: its input starts afresh
-                shift = later
-                prev = {}
-                if opens is not None:
-                    for up in _upstream(node, index):
-                        opens[up] = opens.get(up, 0) + later
-        elif callable(r) and len(node.inputs) == 1:
-            st, k = r(prev.get(no), k)
-        else:
-            return None
-        nodes[str(no)] = st
-        p = node.inputs[0]
+            p = node.inputs[0]
+    return nodes
 
 
 def _upstream(node: Any, index: dict[int, int]) -> set[int]:

@@ -45,6 +45,8 @@ from aioflow._state.logs import (
     ShuffleLog,
     chunkwise,
     counted_source,
+    frozen,
+    thaw,
 )
 from aioflow._state.state import (
     LOGGED,
@@ -65,6 +67,6 @@ __all__ = [
     "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
     "ElementLog", "Node", "Opener", "Refuse", "Run", "Seek", "ShuffleLog", "aclosing", "call",
     "call_resume", "check_concurrency", "check_executor", "check_int", "chunkwise",
-    "counted_source", "counting", "each", "each_into", "fn_name", "graph_nodes", "is_int",
-    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "skipping", "taking",
+    "counted_source", "counting", "each", "each_into", "fn_name", "frozen", "graph_nodes", "is_int",
+    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "skipping", "taking", "thaw",
 ]  # fmt: skip

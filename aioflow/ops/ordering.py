@@ -8,17 +8,15 @@ bounded memory.
 
 from __future__ import annotations
 
-import heapq
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from functools import partial
-from itertools import count
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aioflow._core.chunks import skip_chunks
-from aioflow.errors import LateItem, PipelineError, annotate
+from aioflow.errors import LateItem, PipelineError
+from aioflow.ops.event_time import columns, run_machine, time_sort
+from aioflow.ops.event_time_core import Late
 from aioflow.ops.kit import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
@@ -31,9 +29,9 @@ from aioflow.ops.kit import (
     ShuffleLog,
     aclosing,
     check_int,
-    each_into,
 )
-from aioflow.ops.ordering_spill import external_sort, keys_of
+from aioflow.ops.ordering_spill import external_sort
+from aioflow.ops.ordering_stream import BufferSort, Groups
 from aioflow.ops.partition import INPUT_ITEMS, build_partition_by
 from aioflow.ops.sampling import card_unknown, check_seed, epoch_rng
 
@@ -109,24 +107,7 @@ def _shuffle(
     return build
 
 
-# -- sort_by ------------------------------------------------------------------------------
-class _Desc:
-    """A key that sorts in reverse (for the heap of a streaming sort with ``reverse``)."""
-
-    __slots__ = ("k",)
-
-    def __init__(self, k: Any) -> None:
-        self.k = k
-
-    def __lt__(self, other: _Desc) -> bool:
-        return bool(other.k < self.k)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and bool(self.k == other.k)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
+# -- sort_by, group_by -------------------------------------------------------------------
 LATE_POLICIES = ("emit", "drop", "raise")
 
 
@@ -136,7 +117,8 @@ def _sort_by(
     reverse: bool,
     max_in_memory: int,
     spill_dir: str | None,
-    on_late: str = "emit",
+    on_late: str,
+    max_delay: Any,
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     if not callable(key):
         raise PipelineError(f"sort_by needs a callable key, got {key!r}")
@@ -144,155 +126,46 @@ def _sort_by(
     check_int("sort_by max_in_memory", max_in_memory, 1)
     if on_late not in LATE_POLICIES:
         raise PipelineError(f"sort_by on_late must be 'emit', 'drop' or 'raise', got {on_late!r}")
+    if max_delay is not None:
+        if buffer_size is not None or reverse:
+            raise PipelineError(
+                "sort_by: max_delay (a bound in key units, ascending) goes without"
+                " buffer_size and reverse"
+            )
+        return time_sort(key, max_delay, on_late)
     if buffer_size is None:
         return lambda ctx, inputs: external_sort(
             inputs[0](), ctx, key, reverse, max_in_memory, spill_dir
         )
-    size = buffer_size
-    return lambda ctx, inputs: _stream_sort(inputs[0](), ctx, key, size, reverse, on_late)
+    size, access = buffer_size, columns(key)
+    return lambda ctx, inputs: run_machine(
+        ctx, inputs, BufferSort(size, reverse, on_late), access, True, _late_item
+    )
 
 
-async def _stream_sort(
-    src: ChunkIter,
-    ctx: Ctx,
-    key: Callable[[Any], Any],
-    size: int,
-    reverse: bool,
-    on_late: str,
-) -> ChunkIter:
-    """``sort_by(buffer_size=size)``: a heap of ``size`` items, late items per ``on_late``."""
-    # entries (key, seq, item): seq breaks ties in arrival order, items are never compared
-    heap: list[tuple[Any, int, Any]] = []
-    seq = count()
-    pushpop = partial(heapq.heappushpop, heap)
-    pos = 0
-    last: list[Any] = []  # the largest key emitted so far (the watermark), once there is one
-    failure: BaseException | None = None
-    async with aclosing(src):
-        try:
-            async for chunk in src:
-                keys, failure = keys_of(key, chunk, ctx, pos)
-                if reverse:
-                    keys = [_Desc(k) for k in keys]
-                entries = list(zip(keys, seq, chunk, strict=False))  # up to a failing key
-                pos += len(entries)
-                room = size - len(heap)
-                if room > 0:
-                    heap.extend(entries[:room])
-                    if len(heap) == size:
-                        heapq.heapify(heap)
-                    entries = entries[room:]
-                if entries:
-                    out, late = _emit(map(pushpop, entries), last, on_late)
-                    if late:
-                        ctx.meter.late += late
-                    if out:
-                        yield out
-                    if late < 0:  # on_late="raise": the first late item
-                        raise _late_item(ctx, last, pos - len(entries), entries)
-                if failure is not None:
-                    break
-        except LateItem:
-            raise
-        except Exception as e:  # upstream, or keys that do not compare
-            failure = annotate(e, ctx.name, pos)
-    # the end, or an error: what is left comes out in order (before the error)
-    try:
-        heap.sort()
-    except Exception as e:  # the keys do not compare: only the (first) error comes out
-        if failure is None:
-            failure = annotate(e, ctx.name, pos)
-        heap.clear()
-    for i in range(0, len(heap), CHUNK_MAX):
-        yield [e[2] for e in heap[i : i + CHUNK_MAX]]
-    if failure is not None:
-        raise failure
-
-
-def _emit(popped: Any, last: list[Any], on_late: str) -> tuple[list[Any], int]:
-    """The items of ``popped`` entries to emit, and how many were late (-1: raise).
-
-    An entry is late when its key sorts before ``last[0]``, the largest key emitted so
-    far; ``last`` is updated in place. With ``on_late="raise"`` it stops at the first late
-    entry, which it leaves in ``last[1]``.
-    """
-    out: list[Any] = []
-    emit = out.append
-    late = 0
-    w = last[0] if last else None
-    for e in popped:
-        k = e[0]
-        if w is not None and k < w:
-            if on_late == "raise":
-                last[:] = [w, e]
-                return out, -1
-            late += 1
-            if on_late == "drop":
-                continue
-        else:
-            w = k
-        emit(e[2])
-    if w is not None:
-        last[:] = [w]
-    return out, late
-
-
-def _late_item(ctx: Ctx, last: list[Any], start: int, entries: list[Any]) -> LateItem:
-    """The error for ``on_late="raise"``: ``last`` is [watermark, the late entry]."""
-    w, e = last
-    ctx.meter.late += 1
-
-    def unwrap(k: Any) -> Any:
-        return k.k if isinstance(k, _Desc) else k
-
-    position = start + next(i for i, x in enumerate(entries) if x is e)
+def _late_item(ctx: Ctx, e: Late, position: int) -> LateItem:
+    """The error for ``on_late="raise"`` of ``sort_by(buffer_size=)``."""
     return LateItem(
-        f"stage {ctx.name!r}: item {position} is late: its key {unwrap(e[0])!r} sorts before"
-        f" {unwrap(w)!r}, already emitted (it arrived more places after its sorted position"
+        f"stage {ctx.name!r}: item {position} is late: its key {e.t!r} sorts before"
+        f" {e.watermark!r}, already emitted (it arrived more places after its sorted position"
         " than the buffer holds; raise buffer_size, or use on_late='emit' or 'drop')",
-        key=unwrap(e[0]),
-        last_key=unwrap(w),
+        key=e.t,
+        last_key=e.watermark,
         position=position,
         stage=ctx.name,
     )
 
 
-# -- group_by -----------------------------------------------------------------------------
 def _group_by(
     key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    """Per-key groups, kept in the order in which each open group began."""
+    """Per-key groups, kept in the order in which each open group began (``Groups``)."""
     if not callable(key):
         raise PipelineError(f"group_by needs a callable key, got {key!r}")
     _check_size("group_by size", size)
     _check_size("group_by max_keys", max_keys)
-    full = size if size is not None else -1
-    most = max_keys if max_keys is not None else -1
-
-    async def group(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        # an OrderedDict: a plain dict's first key is slow to find after many deletions
-        groups: OrderedDict[Hashable, list[Any]] = OrderedDict()
-
-        def put(out: list[tuple[Hashable, list[Any]]], x: Any) -> None:
-            k = key(x)
-            g = groups.get(k)
-            if g is None:
-                if len(groups) == most:  # the oldest open group makes room
-                    out.append(groups.popitem(last=False))
-                    ctx.meter.evicted += 1
-                g = groups[k] = []
-            g.append(x)
-            if len(g) == full:
-                out.append((k, groups.pop(k)))
-
-        async with aclosing(each_into(src, put, ctx.name)) as let_out:
-            async for chunk in let_out:
-                yield chunk
-        rest = list(groups.items())
-        for i in range(0, len(rest), CHUNK_MAX):
-            yield rest[i : i + CHUNK_MAX]
-
-    return lambda ctx, inputs: group(inputs[0](), ctx)
+    access = columns(key)
+    return lambda ctx, inputs: run_machine(ctx, inputs, Groups(size, max_keys), access, False)
 
 
 # -- the nodes ----------------------------------------------------------------------------
@@ -318,14 +191,24 @@ def sort_by_node(
     max_in_memory: int,
     spill_dir: str | None,
     on_late: str,
+    max_delay: Any = None,
 ) -> Node:
-    """``sort_by``: a streaming sort through a buffer, or an external sort without one."""
+    """``sort_by``: a streaming sort through a buffer (of ``buffer_size`` items, or up to
+    the watermark with ``max_delay``), or an external sort without either. The streaming
+    sorts resume from their buffer (``LOGGED``); the external one replays."""
+    streaming = buffer_size is not None or max_delay is not None
+    name = "sort_by"
+    if buffer_size is not None:
+        name = f"sort_by({buffer_size})"
+    elif max_delay is not None:
+        name = f"sort_by(max_delay={max_delay})"
     return Node(
-        "sort_by" if buffer_size is None else f"sort_by({buffer_size})",
-        _sort_by(key, buffer_size, reverse, max_in_memory, spill_dir, on_late),
+        name,
+        _sort_by(key, buffer_size, reverse, max_in_memory, spill_dir, on_late, max_delay),
         inputs=(up,),
-        holds=max_in_memory if buffer_size is None else buffer_size,
-        key=(key, buffer_size, reverse, max_in_memory, on_late),
+        holds=buffer_size if buffer_size is not None else 0 if streaming else max_in_memory,
+        key=(key, buffer_size, reverse, max_in_memory, on_late, max_delay),
+        resume=LOGGED if streaming else None,
     )
 
 
@@ -341,6 +224,7 @@ def group_by_node(
         holds=size * max_keys if size is not None and max_keys is not None else 0,
         mult=size or 1,
         key=(key, size, max_keys),
+        resume=LOGGED,
     )
 
 

@@ -26,6 +26,7 @@ from aioflow.ops.kit import (
     UNKNOWN_CARD,
     Build,
     ChunkIter,
+    ChunkLog,
     Ctx,
     ElementLog,
     Node,
@@ -40,8 +41,10 @@ from aioflow.ops.kit import (
     counting,
     each,
     fn_name,
+    frozen,
     read_one,
     resumed,
+    thaw,
 )
 
 if TYPE_CHECKING:
@@ -208,11 +211,17 @@ def flat_map_node(up: Pipeline[Any], fn: Callable[[Any], Any]) -> Node:
 def scan_node(
     up: Pipeline[Any], initial_state: Any, fn: Callable[[Any, Any], tuple[Any, Any]]
 ) -> Node:
-    """``scan``: ``fn(state, x) -> (state, y)`` yields ``y``."""
+    """``scan``: ``fn(state, x) -> (state, y)`` yields ``y``.
 
-    async def scan(src: ChunkIter, ctx: Ctx) -> ChunkIter:
-        state = initial_state
-        pos = 0
+    It resumes from the carried state at the start of the consumer's input chunk
+    (``ChunkLog``) when that state is plain immutable data (numbers, strings, None and
+    tuples of them: a reference to it cannot change under the log); a state ``fn`` may
+    change in place (a list, a dict, an object) is not kept, and resuming replays.
+    """
+
+    async def scan(src: ChunkIter, ctx: Ctx, log: ChunkLog) -> ChunkIter:
+        state = initial_state if log.state is None else thaw(log.state)
+        pos = emitted = 0
 
         def step(x: Any) -> Any:
             nonlocal state
@@ -221,15 +230,21 @@ def scan_node(
 
         async with aclosing(src):
             async for chunk in src:
+                log.mark(emitted, pos, frozen(state))
                 out, err = each(step, chunk, ctx.name, pos)
                 if out:
+                    emitted += len(out)
                     yield out
                 if err is not None:
                     raise err
                 pos += len(chunk)
 
-    build: Build = lambda ctx, inputs: scan(inputs[0](), ctx)  # noqa: E731
-    return Node(f"scan({fn_name(fn)})", build, inputs=(up,), key=(fn,))
+    def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
+        log = ChunkLog(ctx)
+        gen = scan(inputs[0](), ctx, log)
+        return skip_chunks(gen, log.drop) if log.drop else gen
+
+    return Node(f"scan({fn_name(fn)})", build, inputs=(up,), key=(fn,), resume=LOGGED)
 
 
 def enumerate_node(up: Pipeline[Any], start: int) -> Node:

@@ -53,7 +53,11 @@ class StageStats:
     partitions of a ``partition_by``, the workers of a process pool); ``busy_max`` the
     busy seconds of the busiest one (``None`` for a single instance). ``late`` counts the
     items a ``sort_by(buffer_size=)`` met later than its buffer allows, ``evicted`` the
-    groups a ``group_by(max_keys=)`` let out early to make room.
+    groups a ``group_by(max_keys=)`` let out early to make room (or the keys an
+    ``asof_join(max_keys=)`` forgot). An event-time stage (``sort_by(max_delay=)``,
+    ``window_by_time``, ``sessions``, ``asof_join``) has a ``watermark`` (its output is
+    complete up to that event time) and ``watermark_lag``: the largest event time it has
+    seen minus its watermark (``max_delay``, plus open windows' lateness).
     """
 
     name: str
@@ -77,6 +81,8 @@ class StageStats:
     busy_max: float | None = None
     late: int = 0
     evicted: int = 0
+    watermark: Any = None
+    watermark_lag: Any = None
 
     @property
     def per_instance(self) -> int:
@@ -143,8 +149,17 @@ def _stage_of(
         busy_max=busy_max,
         late=m.late,
         evicted=m.evicted,
+        watermark=m.watermark,
+        watermark_lag=_lag(m),
         **q,
     )
+
+
+def _lag(m: StageMeter) -> Any:
+    try:
+        return None if m.watermark is None else m.event_time - m.watermark
+    except TypeError:
+        return None
 
 
 def _ordered(meters: list[StageMeter]) -> list[StageMeter]:

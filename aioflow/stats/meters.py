@@ -226,6 +226,7 @@ class StageMeter:
         "chunks_out",
         "concurrency",
         "errors_skipped",
+        "event_time",
         "evicted",
         "free_slots",
         "inputs",
@@ -249,6 +250,7 @@ class StageMeter:
         "t_read_wait",
         "t_wait_out",
         "task",
+        "watermark",
         "workers",
     )
 
@@ -265,6 +267,8 @@ class StageMeter:
         self.errors_skipped = 0
         self.late = 0  # items sort_by(buffer_size=) met later than its buffer allows
         self.evicted = 0  # groups group_by(max_keys=) closed early to make room
+        self.watermark: Any = None  # an event-time stage's output watermark
+        self.event_time: Any = None  # ... and the largest event time it has seen
         self.concurrency: int | None = None
         self.inputs: list[StageMeter] = []
         self.children: list[StageMeter] = []  # sub-pipelines it opened (flat_map, ...)

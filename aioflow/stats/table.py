@@ -62,13 +62,18 @@ def notes(stats: RunStats) -> list[str]:
     for s in stats.stages:
         if s.late:
             out.append(
-                f"{s.name}: {s.late:,} late (keys that sorted before one already emitted:"
-                " more places late than its buffer_size; see on_late)"
+                f"{s.name}: {s.late:,} late (items whose place was already emitted: later"
+                " than its buffer_size or max_delay allows; see on_late)"
+            )
+        if s.watermark is not None:
+            out.append(
+                f"{s.name}: watermark {s.watermark}, lag {s.watermark_lag} (event time up"
+                " to which its output is complete, and how far behind the latest time seen)"
             )
         if s.evicted:
             out.append(
                 f"{s.name}: {s.evicted:,} evicted (groups let out before they were full"
-                " to make room for a new key: max_keys)"
+                " to make room for a new key, or keys forgotten: max_keys)"
             )
     return out
 
