@@ -27,7 +27,14 @@ from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
 from aioflow._state.held import watermark_at
-from aioflow._state.state import check_state, make_state, next_opens, refuse_inexact, take_nodes
+from aioflow._state.state import (
+    check_state,
+    make_state,
+    next_opens,
+    refuse_inexact,
+    state_origin,
+    take_nodes,
+)
 from aioflow.errors import NextTimeout, PipelineError
 from aioflow.stats import RunStats
 
@@ -54,13 +61,15 @@ class _Resumable:
     _base: int
     _opens: dict[int, int] | None
     _nodes: dict[int, Any] | None
+    _origin: dict[int, int] | None  # the open indexes where position 0 was (None: this run's)
 
     def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
         self._pipeline = pipeline
         self._count = self._skip = self._base = 0
-        self._opens = self._nodes = None
+        self._opens = self._nodes = self._origin = None
         if state is not None:
             self._count, self._opens, self._nodes = check_state(pipeline, state)
+            self._origin = state_origin(state, self._opens, self._nodes is not None)
             # seeking: the run starts where the state was taken; replaying: it skips
             self._base = self._count if self._nodes is not None else 0
             self._skip = 0 if self._nodes is not None else self._count
@@ -115,10 +124,13 @@ class _Resumable:
             else:
                 nodes = take_nodes(self._pipeline, None, self._count)
             opens = self._opens if self._opens is not None else next_opens(self._pipeline)
-            return make_state(self._pipeline, self._count, opens, nodes)
+            return make_state(self._pipeline, self._count, opens, nodes, self._origin)
+        # a fresh or replayed run's first openings are where its position 0 was; a run
+        # resumed by seeking learns that from its state (a replay must start there)
+        origin = self._origin if self._origin is not None else dict(run.first_open)
         opens = dict(run.first_open)
         nodes = take_nodes(self._pipeline, run, self._count - self._base, opens)
-        return make_state(self._pipeline, self._count, opens if nodes else run.first_open, nodes)
+        return make_state(self._pipeline, self._count, opens, nodes, origin)
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):

@@ -581,3 +581,24 @@ def test_a_take_ended_under_a_short_last_batch_resumes_to_nothing_more():
 
     head, state = interrupted(make, 1)
     assert head == [0] and resumed(make, state) == []
+
+
+def test_a_run_resumed_by_seeking_then_interrupted_where_it_must_replay_resumes_exactly():
+    # Found by hypothesis: the state of a run resumed by seeking that falls back to
+    # replaying (nodes null) carried the open indexes of the nodes' *current* openings
+    # (the source's 2nd permutation), so the replay re-ran the epoch from the wrong
+    # permutation: a mismatch at the second resume point.
+    def make():
+        p = af.from_source(range(19), shuffle=True, seed=3)
+        return p.interleave(lambda x: af.range(x % 11), cycle_length=3, block_length=1).repeat(
+            3
+        ).repeat(2)
+
+    whole = make().to_list()
+    head, state = interrupted(make, 85)
+    assert state["nodes"] is not None  # resumed by seeking
+    with make().iter(state=state) as it:
+        more = [next(it) for _ in range(287)]
+        again = json.loads(json.dumps(it.state_dict()))
+    assert again["nodes"] is None  # falls back to replaying
+    assert head + more + resumed(make, again) == whole

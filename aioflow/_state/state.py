@@ -7,6 +7,7 @@ A state is plain data (``json`` and ``pickle`` store it)::
      "stages": ["<hash of stage 0>", ...],    # to name the stage that differs
      "position": 9000,                         # items yielded in this epoch so far
      "opens": {"0": 0, ...},                   # each node's open_index (per-epoch seeds)
+     "origin": {"0": 0, ...},                  # the open indexes where position 0 was
      "nodes": {"0": null, "1": {...}} | null}  # per-node states, when seekable
 
 **Seeking** (``nodes`` present). The per-node protocol is ``Node.resume``:
@@ -51,6 +52,7 @@ __all__ = [
     "check_state",
     "fingerprint",
     "make_state",
+    "state_origin",
     "take_nodes",
 ]
 
@@ -139,8 +141,16 @@ def _describe(v: Any) -> str:
 
 
 def make_state(
-    pipeline: Described, position: int, opens: dict[int, int], nodes: dict[str, Any] | None
+    pipeline: Described,
+    position: int,
+    opens: dict[int, int],
+    nodes: dict[str, Any] | None,
+    origin: dict[int, int] | None = None,
 ) -> dict[str, Any]:
+    """A state after ``position`` items; ``origin``: the open indexes at position 0, which
+    a replaying state (``nodes`` None) resumes from, and a seeking one passes on."""
+    if nodes is None and origin is not None:
+        opens = origin
     return {
         "aioflow_state": STATE_VERSION,
         "pipeline": fingerprint(pipeline),
@@ -148,6 +158,7 @@ def make_state(
         "position": position,
         # per node (numbered in the graph): its open_index in this run, for per-epoch seeds
         "opens": {str(k): v for k, v in sorted(opens.items())},
+        "origin": {str(k): v for k, v in sorted((origin or opens).items())},
         "nodes": nodes,
     }
 
@@ -183,15 +194,7 @@ def check_state(
     if state.get("pipeline") != fingerprint(pipeline):
         raise _mismatch(pipeline, state)
     pos = _count("position", state.get("position"))
-    raw = state.get("opens", {})
-    if not isinstance(raw, dict):
-        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}")
-    try:
-        opens = {int(k): v for k, v in raw.items()}
-    except ValueError:
-        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
-    for v in opens.values():
-        _count("open index", v)
+    opens = _open_indexes(state.get("opens", {}))
     nodes = state.get("nodes")
     if nodes is None:
         return pos, opens, None
@@ -201,6 +204,29 @@ def check_state(
         return pos, opens, {int(k): v for k, v in nodes.items()}
     except ValueError:
         raise StateMismatch(f"bad node states in state: {nodes!r:.200}") from None
+
+
+def _open_indexes(raw: Any) -> dict[int, int]:
+    if not isinstance(raw, dict):
+        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}")
+    try:
+        opens = {int(k): v for k, v in raw.items()}
+    except ValueError:
+        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
+    for v in opens.values():
+        _count("open index", v)
+    return opens
+
+
+def state_origin(
+    state: dict[str, Any], opens: dict[int, int], seeking: bool
+) -> dict[int, int] | None:
+    """The open indexes where the state's position 0 was (checked by ``check_state``):
+    a replaying state's own; a seeking one's ``origin`` (None in a state without one)."""
+    if not seeking:
+        return opens
+    raw = state.get("origin")
+    return None if raw is None else _open_indexes(raw)
 
 
 def refuse_inexact(pipeline: Described) -> None:
