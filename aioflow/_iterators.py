@@ -27,7 +27,8 @@ from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
 from aioflow._state.held import watermark_at
-from aioflow._state.state import check_state, make_state, next_opens, refuse_inexact, take_nodes
+from aioflow._state.resume import Resume
+from aioflow._state.state import make_state, next_opens, refuse_inexact, take_nodes
 from aioflow.errors import NextTimeout, PipelineError
 from aioflow.stats import RunStats
 
@@ -54,19 +55,26 @@ class _Resumable:
     _base: int
     _opens: dict[int, int] | None
     _nodes: dict[int, Any] | None
+    _counts: dict[int, int] | None
 
     def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
         self._pipeline = pipeline
         self._count = self._skip = self._base = 0
-        self._opens = self._nodes = None
+        self._opens = self._nodes = self._counts = None
         if state is not None:
-            self._count, self._opens, self._nodes = check_state(pipeline, state)
+            r = Resume.of(pipeline, state)
+            self._count, self._opens, self._nodes, self._counts = (
+                r.position,
+                r.opens,
+                r.nodes,
+                r.counts,
+            )
             # seeking: the run starts where the state was taken; replaying: it skips
             self._base = self._count if self._nodes is not None else 0
             self._skip = 0 if self._nodes is not None else self._count
 
     def _new_run(self) -> Run:
-        return Run(self._pipeline, self._opens, self._nodes)
+        return Run(self._pipeline, self._opens, self._nodes, self._counts)
 
     def _current_run(self) -> Run | None:
         raise NotImplementedError
@@ -108,10 +116,13 @@ class _Resumable:
         """
         refuse_inexact(self._pipeline)
         run = self._current_run()
-        nodes: dict[str, Any] | None
+        nodes: tuple[dict[str, Any], dict[str, int]] | None
         if run is None:
-            if self._nodes is not None:
-                nodes = {str(k): v for k, v in self._nodes.items()}
+            if self._nodes is not None and self._counts is not None:
+                nodes = (
+                    {str(k): v for k, v in self._nodes.items()},
+                    {str(k): v for k, v in self._counts.items()},
+                )
             else:
                 nodes = take_nodes(self._pipeline, None, self._count)
             opens = self._opens if self._opens is not None else next_opens(self._pipeline)
@@ -329,7 +340,8 @@ class PipelineIterator(_Resumable, Generic[T]):
             pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
             # no reference back to this iterator: its finalizer must be able to run
             self._engine = Engine(
-                pipeline, functools.partial(Run, self._pipeline, self._opens, self._nodes)
+                pipeline,
+                functools.partial(Run, self._pipeline, self._opens, self._nodes, self._counts),
             )
             self._finalizer = weakref.finalize(self, self._engine.shutdown)
             chan = self._chan = self._engine.start()

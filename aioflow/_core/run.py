@@ -85,6 +85,7 @@ class Run:
         root: Described | None = None,
         opens: dict[int, int] | None = None,
         nodes: dict[int, Any] | None = None,
+        counts: dict[int, int] | None = None,
     ) -> None:
         # Static nodes are numbered in the root's graph, so a state can name them; `opens`
         # (from a state) gives the open_index each node had in the run being resumed.
@@ -93,6 +94,7 @@ class Run:
         self.first_open: dict[int, int] = {}
         self.open_counts: dict[int, int] = {}
         self.resume_nodes: dict[int, Any] = nodes or {}  # node states a resumed run starts from
+        self.resume_counts: dict[int, int] = counts or {}  # ... and the items they had yielded
         self.seekers: dict[tuple[int, int], Callable[[int], Any]] = {}  # see Ctx.seeker
         self.sub_resume: tuple[Any, Any] | None = None  # see Ctx.open
         self.tasks: set[asyncio.Task[Any]] = set()

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from aioflow._state.state import LOGGED, Refuse, Seek
+from aioflow._state.state import Logged, Refuse, Seek
 from aioflow.errors import StateMismatch
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def watermark_at(pipeline: Described, run: Run | None, k: int) -> Any:
         r = node.resume
         if exact:
             res: Any = None
-            if r == LOGGED and seek is not None:
+            if isinstance(r, Logged) and seek is not None:
                 res = seek(k)
             elif callable(r) and not isinstance(r, Seek | Refuse) and len(node.inputs) == 1:
                 res = r(run.resume_nodes.get(no) if no is not None else None, k)

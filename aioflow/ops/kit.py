@@ -8,8 +8,9 @@ one place. An operator imports them from here, not from ``_core`` and ``_state/s
 - argument checks (``_core/check.py``): ``check_int``, ``check_concurrency``,
   ``check_executor``, ``is_int``, ``fn_name``;
 - resume rules (``_state/``): ``one_to_one``, ``counting``, ``per_batch``, ``skipping``,
-  ``taking``, ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``UNORDERED``
-  and the logs (``ChunkLog``, ``ElementLog``, ``CycleLog``, ``ShuffleLog``, ...).
+  ``taking``, ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``Logged``,
+  ``UNORDERED``, ``shuffle_check`` and the logs (``ChunkLog``, ``ElementLog``,
+  ``CycleLog``, ``ShuffleLog``, ...).
 
 Example:
     >>> from aioflow.ops import kit
@@ -46,11 +47,13 @@ from aioflow._state.logs import (
     chunkwise,
     counted_source,
     frozen,
+    shuffle_check,
     thaw,
 )
 from aioflow._state.state import (
     LOGGED,
     UNORDERED,
+    Logged,
     Refuse,
     Seek,
     call_resume,
@@ -65,8 +68,9 @@ from aioflow._state.state import (
 __all__ = [
     "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
     "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
-    "ElementLog", "Node", "Opener", "Refuse", "Run", "Seek", "ShuffleLog", "aclosing", "call",
-    "call_resume", "check_concurrency", "check_executor", "check_int", "chunkwise",
+    "ElementLog", "Logged", "Node", "Opener", "Refuse", "Run", "Seek", "ShuffleLog", "aclosing",
+    "call", "call_resume", "check_concurrency", "check_executor", "check_int", "chunkwise",
     "counted_source", "counting", "each", "each_into", "fn_name", "frozen", "graph_nodes", "is_int",
-    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "skipping", "taking", "thaw",
+    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "shuffle_check", "skipping",
+    "taking", "thaw",
 ]  # fmt: skip

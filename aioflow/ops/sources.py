@@ -239,9 +239,10 @@ def index_source(
     base_seed = seed
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        pos = Position.resumed(ctx.resume, n, (num, idx), base_seed, explicit, ctx.name)
+        epoch = ctx.open_index if shuffle else None
+        pos = Position.resumed(ctx.resume, n, (num, idx), base_seed, explicit, ctx.name, epoch)
         ctx.seeker(pos.after)
-        return sync_chunks(pos.items(read, ctx.open_index if shuffle else None), ctx)
+        return sync_chunks(pos.items(read, epoch), ctx)
 
     card = len(builtins.range(idx, n, num))
     key = (type(seq).__name__, n, shuffle)
