@@ -50,31 +50,21 @@ class _Resumable:
     """What both iterators share: the position, the state, the stats (see ``_state/state.py``)."""
 
     _pipeline: Pipeline[Any]
+    _resume: Resume  # where its run resumes from, handed to the run (see _state/resume.py)
     _count: int
     _skip: int
     _base: int
-    _opens: dict[int, int] | None
-    _nodes: dict[int, Any] | None
-    _counts: dict[int, int] | None
 
     def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
         self._pipeline = pipeline
-        self._count = self._skip = self._base = 0
-        self._opens = self._nodes = self._counts = None
-        if state is not None:
-            r = Resume.of(pipeline, state)
-            self._count, self._opens, self._nodes, self._counts = (
-                r.position,
-                r.opens,
-                r.nodes,
-                r.counts,
-            )
-            # seeking: the run starts where the state was taken; replaying: it skips
-            self._base = self._count if self._nodes is not None else 0
-            self._skip = 0 if self._nodes is not None else self._count
+        r = self._resume = Resume(pipeline) if state is None else Resume.of(pipeline, state)
+        self._count = r.position
+        # seeking: the run starts where the state was taken; replaying: it skips
+        self._base = r.position if r.seeking else 0
+        self._skip = 0 if r.seeking else r.position
 
     def _new_run(self) -> Run:
-        return Run(self._pipeline, self._opens, self._nodes, self._counts)
+        return Run(self._pipeline, self._resume)
 
     def _current_run(self) -> Run | None:
         raise NotImplementedError
@@ -94,7 +84,9 @@ class _Resumable:
             >>> before, items, after
             (None, [1, 2, 4, 8], 8)
         """
-        return watermark_at(self._pipeline, self._current_run(), self._count - self._base)
+        run = self._current_run()
+        pos = run.resume if run is not None else None
+        return watermark_at(self._pipeline, pos, self._count - self._base)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data from which ``p.iter(state=...)`` resumes after the items yielded so far.
@@ -115,21 +107,21 @@ class _Resumable:
             [2, 3, 4]
         """
         refuse_inexact(self._pipeline)
-        run = self._current_run()
+        run, r = self._current_run(), self._resume
         nodes: tuple[dict[str, Any], dict[str, int]] | None
-        if run is None:
-            if self._nodes is not None and self._counts is not None:
+        if run is None:  # not started: where it would start
+            if r.seeking:
                 nodes = (
-                    {str(k): v for k, v in self._nodes.items()},
-                    {str(k): v for k, v in self._counts.items()},
+                    {str(k): v for k, v in r.nodes.items()},
+                    {str(k): v for k, v in r.counts.items()},
                 )
             else:
                 nodes = take_nodes(self._pipeline, None, self._count)
-            opens = self._opens if self._opens is not None else next_opens(self._pipeline)
+            opens = r.opens if r.opens is not None else next_opens(self._pipeline)
             return make_state(self._pipeline, self._count, opens, nodes)
-        opens = dict(run.first_open)
-        nodes = take_nodes(self._pipeline, run, self._count - self._base, opens)
-        return make_state(self._pipeline, self._count, opens if nodes else run.first_open, nodes)
+        opens = dict(r.first_open)
+        nodes = take_nodes(self._pipeline, run.resume, self._count - self._base, opens)
+        return make_state(self._pipeline, self._count, opens if nodes else r.first_open, nodes)
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):
@@ -341,7 +333,7 @@ class PipelineIterator(_Resumable, Generic[T]):
             # no reference back to this iterator: its finalizer must be able to run
             self._engine = Engine(
                 pipeline,
-                functools.partial(Run, self._pipeline, self._opens, self._nodes, self._counts),
+                functools.partial(Run, self._pipeline, self._resume),
             )
             self._finalizer = weakref.finalize(self, self._engine.shutdown)
             chan = self._chan = self._engine.start()

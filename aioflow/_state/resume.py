@@ -1,5 +1,10 @@
 """Where a run resumes from: a state checked against the pipeline it is given to.
 
+A ``Resume`` is the one resume object of a run: the iterator builds it from the state
+(``Resume.of``; ``Resume(pipeline)`` for a fresh run) and hands it to the run, as
+``Run.resume``; the run's nodes then ask it where they start (``Positions``, in
+``_core/positions.py``), and ``it.state_dict()`` asks it where they were.
+
 ``Resume.of(pipeline, state)`` accepts a state only if it can be resumed exactly, and
 otherwise raises ``StateMismatch`` naming what does not match (see ``_state/state.py``
 for what a state holds): every key present and no other, this pipeline's fingerprint and
@@ -22,10 +27,10 @@ the node when it opens.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from aioflow._core.graph import Described, Node, number_nodes
+from aioflow._core.graph import Described, Node
+from aioflow._core.positions import Positions
 from aioflow._state.state import (
     STATE_VERSION,
     Logged,
@@ -80,19 +85,38 @@ def _walked(root: Described) -> list[Node] | None:
     return list(out.values())
 
 
-@dataclass
-class Resume:
-    """A state checked against its pipeline: where a run resumes from (``Resume.of``).
+class Resume(Positions):
+    """A run's resume object: the state it resumes from, checked (``Resume.of``), and its
+    nodes' positions as it runs (``Positions``).
 
     ``position``: items the consumer had; ``opens``: each node's open index (numbered as
     ``number_nodes`` does); ``nodes`` / ``counts``: each node's state and how many items
-    it had yielded, when the state seeks (None: it replays and skips ``position``).
+    it had yielded, when the state seeks (``seeking``; else the run replays and skips
+    ``position`` items).
+
+    Example:
+        >>> import aioflow as af
+        >>> from aioflow._state.resume import Resume
+        >>> p = af.range(10).batch(4)
+        >>> with p.iter() as it:
+        ...     _ = next(it)
+        ...     state = it.state_dict()
+        >>> r = Resume.of(p, state)
+        >>> r.position, r.seeking, r.nodes, r.counts
+        (1, True, {0: None, 1: {'next': 4}}, {0: 1, 1: 4})
     """
 
-    position: int
-    opens: dict[int, int]
-    nodes: dict[int, Any] | None
-    counts: dict[int, int] | None
+    def __init__(
+        self,
+        root: Described,
+        position: int = 0,
+        opens: dict[int, int] | None = None,
+        nodes: dict[int, Any] | None = None,
+        counts: dict[int, int] | None = None,
+    ) -> None:
+        super().__init__(root, opens, nodes, counts)
+        self.position = position
+        self.seeking = nodes is not None
 
     @classmethod
     def of(cls, pipeline: Described, state: Any) -> Resume:
@@ -131,22 +155,21 @@ class Resume:
         if state["nodes"] is None:
             if state["counts"] is not None:
                 raise StateMismatch("bad state: counts without node states")
-            return cls(pos, opens, None, None)
+            return cls(pipeline, pos, opens)
         nodes = _numbered("node states", state["nodes"], n)
         counts = _numbered("counts", state["counts"], n)
         for v in counts.values():
             _count("count", v)
-        res = cls(pos, opens, nodes, counts)
+        res = cls(pipeline, pos, opens, nodes, counts)
         res._check_nodes(pipeline, cards)
         return res
 
     def _check_nodes(self, pipeline: Described, cards: dict[int, int]) -> None:
         nodes, counts = self.nodes, self.counts
-        assert nodes is not None and counts is not None
         walked = _walked(pipeline)
         if walked is None:
             raise StateMismatch("bad state: node states for a pipeline whose states replay")
-        index = number_nodes(pipeline)
+        index = self.index
         want = {index[id(node)] for node in walked}
         for what, got in (("node states", nodes), ("counts", counts)):
             if set(got) != want:

@@ -46,7 +46,7 @@ from aioflow._core.graph import Described, graph_nodes, number_nodes
 from aioflow.errors import PipelineError, StateMismatch
 
 if TYPE_CHECKING:
-    from aioflow._core.run import Run
+    from aioflow._core.positions import Positions
 
 __all__ = [
     "SEEK",
@@ -231,20 +231,20 @@ def node_cards(root: Described) -> dict[int, int]:
 
 
 def take_nodes(
-    pipeline: Described, run: Run | None, k: int, opens: dict[int, int] | None = None
+    pipeline: Described, positions: Positions | None, k: int, opens: dict[int, int] | None = None
 ) -> tuple[dict[str, Any], dict[str, int]] | None:
-    """Per-node states after ``k`` items of ``run`` (None: not started), and how many
-    items each node yielded in its opening (from the state the run resumed from on), or
-    None (replay).
+    """Per-node states after ``k`` items of a run (``positions``: its ``Run.resume``; None: not
+    started), and how many items each node yielded in its opening (from the state the
+    run resumed from on), or None (replay).
 
     ``opens`` (the state's open indexes) is updated for the nodes upstream of a
     ``repeat`` resumed in a later epoch than the run's first. A node with several inputs
     (``asof_join``) says what each resumes after: each is walked in turn.
     """
 
-    index = run.node_index if run is not None else number_nodes(pipeline)
-    prev0 = run.resume_nodes if run is not None else {}
-    base0 = run.resume_counts if run is not None else {}
+    index = positions.index if positions is not None else number_nodes(pipeline)
+    prev0 = positions.nodes if positions is not None else {}
+    base0 = positions.counts if positions is not None else {}
     cards = node_cards(pipeline)
     nodes: dict[str, Any] = {}
     counts: dict[str, int] = {}
@@ -262,9 +262,7 @@ def take_nodes(
                 k = max(0, min(k, cards[id(node)] - base.get(no, 0)))
             counts[str(no)] = base.get(no, 0) + k
             r = node.resume
-            seek = None
-            if run is not None and no in run.first_open:
-                seek = run.seekers.get((no, run.first_open[no] + shift))
+            seek = positions.seek(no, shift) if positions is not None else None
             if isinstance(r, Seek):
                 if seek is not None:
                     st = seek(k)

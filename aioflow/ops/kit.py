@@ -7,8 +7,10 @@ one place. An operator imports them from here, not from ``_core`` and ``_state/s
   ``NOTHING``;
 - argument checks (``_core/check.py``): ``check_int``, ``check_concurrency``,
   ``check_executor``, ``is_int``, ``fn_name``;
-- resume rules (``_state/``): ``one_to_one``, ``counting``, ``per_batch``, ``skipping``,
-  ``taking``, ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``Logged``,
+- resuming (``_state/``): ``Resume``, the run's one resume object (``ctx.run.resume``;
+  a node asks it through ``ctx.resume``, the state it starts from, and ``ctx.seeker``);
+  the rules ``one_to_one``, ``counting``, ``per_batch``, ``skipping``, ``taking``,
+  ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``Logged``,
   ``UNORDERED``, ``shuffle_check`` and the logs (``ChunkLog``, ``ElementLog``,
   ``CycleLog``, ``ShuffleLog``, ...).
 
@@ -50,6 +52,7 @@ from aioflow._state.logs import (
     shuffle_check,
     thaw,
 )
+from aioflow._state.resume import Resume
 from aioflow._state.state import (
     LOGGED,
     UNORDERED,
@@ -68,9 +71,9 @@ from aioflow._state.state import (
 __all__ = [
     "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
     "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
-    "ElementLog", "Logged", "Node", "Opener", "Refuse", "Run", "Seek", "ShuffleLog", "aclosing",
-    "call", "call_resume", "check_concurrency", "check_executor", "check_int", "chunkwise",
-    "counted_source", "counting", "each", "each_into", "fn_name", "frozen", "graph_nodes", "is_int",
-    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "shuffle_check", "skipping",
-    "taking", "thaw",
+    "ElementLog", "Logged", "Node", "Opener", "Refuse", "Resume", "Run", "Seek", "ShuffleLog",
+    "aclosing", "call", "call_resume", "check_concurrency", "check_executor", "check_int",
+    "chunkwise", "counted_source", "counting", "each", "each_into", "fn_name", "frozen",
+    "graph_nodes", "is_int", "items_of", "one_to_one", "per_batch", "read_one", "resumed",
+    "shuffle_check", "skipping", "taking", "thaw",
 ]  # fmt: skip
