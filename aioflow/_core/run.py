@@ -32,11 +32,13 @@ from aioflow._core.graph import (
     CHUNK_MAX,
     FUSE_MAX,
     INFINITE_CARD,
+    NO_HINTS,
     UNKNOWN_CARD,
     Build,
     Chunk,
     ChunkIter,
     Described,
+    Hints,
     Node,
     OpenCount,
     Opener,
@@ -60,6 +62,8 @@ __all__ = [
     "Chunk",
     "ChunkIter",
     "Ctx",
+    "Hints",
+    "NO_HINTS",
     "Node",
     "OpenCount",
     "Opener",
@@ -135,8 +139,9 @@ class Run:
         if fused:
             return metered(gen, meter, mine, reader, same_lane) if METER else gen
         meter.task = True
-        chan = Channel(chunks if chunks is not None else node.chunks, node.items)
-        return self._reader(gen, meter, chan, node.grow_to, (mine, reader, same_lane))
+        hints = node.hints
+        chan = Channel(chunks if chunks is not None else hints.chunks, hints.items)
+        return self._reader(gen, meter, chan, hints.grow_to, (mine, reader, same_lane))
 
     def _split(
         self,
@@ -275,7 +280,7 @@ class Run:
         node = pipeline._node
         if METER:
             chan.waits = self.consumer
-        if node.task and not (node.buffer and not chan.threaded):
+        if node.task and not (node.hints.buffer and not chan.threaded):
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's (a
             # concurrent map's read-ahead is its channel and the consumer's; a thread's
@@ -286,7 +291,7 @@ class Run:
         gen, meter = self._build(node, None, mine)
         if node.task:  # prefetch(n): its channel is the consumer's, with its bound
             meter.task = True
-            chan.bound(node.chunks, node.items)
+            chan.bound(node.hints.chunks, node.hints.items)
         if not chan.threaded:  # (a thread's channel is not metered)
             meter.channel = chan
             if METER:

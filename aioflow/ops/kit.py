@@ -1,8 +1,9 @@
 """The operator kit: the building blocks an operator module (``ops/<family>.py``) uses, in
 one place. An operator imports them from here, not from ``_core`` and ``_state/state``:
 
-- the graph: ``Node`` (what an operator describes), ``Build``, ``Ctx``, ``ChunkIter``,
-  ``Opener``, ``Chunk``, ``aclosing``, the cardinalities and chunk sizes;
+- the graph: ``Node`` (what an operator describes), ``Hints`` (the runtime's),
+  ``Build``, ``Ctx``, ``ChunkIter``, ``Opener``, ``Chunk``, ``aclosing``, the
+  cardinalities and chunk sizes;
 - the error policy (``_core/policy.py``): ``call``, ``each``, ``each_into``, ``read_one``,
   ``NOTHING``;
 - argument checks (``_core/check.py``): ``check_int``, ``check_concurrency``,
@@ -28,11 +29,13 @@ from aioflow._core.run import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
     INFINITE_CARD,
+    NO_HINTS,
     UNKNOWN_CARD,
     Build,
     Chunk,
     ChunkIter,
     Ctx,
+    Hints,
     Node,
     Opener,
     Run,
@@ -71,9 +74,9 @@ from aioflow._state.state import (
 __all__ = [
     "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
     "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
-    "ElementLog", "Logged", "Node", "Opener", "Refuse", "Resume", "Run", "Seek", "ShuffleLog",
-    "aclosing", "call", "call_resume", "check_concurrency", "check_executor", "check_int",
-    "chunkwise", "counted_source", "counting", "each", "each_into", "fn_name", "frozen",
-    "graph_nodes", "is_int", "items_of", "one_to_one", "per_batch", "read_one", "resumed",
-    "shuffle_check", "skipping", "taking", "thaw",
+    "ElementLog", "Hints", "Logged", "NO_HINTS", "Node", "Opener", "Refuse", "Resume", "Run",
+    "Seek", "ShuffleLog", "aclosing", "call", "call_resume", "check_concurrency",
+    "check_executor", "check_int", "chunkwise", "counted_source", "counting", "each",
+    "each_into", "fn_name", "frozen", "graph_nodes", "is_int", "items_of", "one_to_one",
+    "per_batch", "read_one", "resumed", "shuffle_check", "skipping", "taking", "thaw",
 ]  # fmt: skip

@@ -24,6 +24,7 @@ from aioflow.ops.kit import (
     UNKNOWN_CARD,
     ChunkIter,
     Ctx,
+    Hints,
     Node,
     Opener,
     Seek,
@@ -140,7 +141,7 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
             task=True,
             key=key,
             resume=COUNTED,
-            splits=RangeSplits(r, range),
+            hints=Hints(splits=RangeSplits(r, range)),
         )
     )
 
@@ -250,7 +251,15 @@ def index_source(
     part = _IndexPart(seq, n, (num, idx), base_seed, shuffle, name)
     splits = IndexSplits(card, part)
     return pipeline_of(
-        Node(name, build, card=lambda _: card, task=True, key=key, resume=start, splits=splits)
+        Node(
+            name,
+            build,
+            card=lambda _: card,
+            task=True,
+            key=key,
+            resume=start,
+            hints=Hints(splits=splits),
+        )
     )
 
 
