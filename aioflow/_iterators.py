@@ -27,14 +27,8 @@ from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
 from aioflow._state.held import watermark_at
-from aioflow._state.state import (
-    check_state,
-    make_state,
-    next_opens,
-    refuse_inexact,
-    state_origin,
-    take_nodes,
-)
+from aioflow._state.resume import Resume
+from aioflow._state.state import make_state, next_opens, refuse_inexact, take_nodes
 from aioflow.errors import NextTimeout, PipelineError
 from aioflow.stats import RunStats
 
@@ -56,26 +50,21 @@ class _Resumable:
     """What both iterators share: the position, the state, the stats (see ``_state/state.py``)."""
 
     _pipeline: Pipeline[Any]
+    _resume: Resume  # where its run resumes from, handed to the run (see _state/resume.py)
     _count: int
     _skip: int
     _base: int
-    _opens: dict[int, int] | None
-    _nodes: dict[int, Any] | None
-    _origin: dict[int, int] | None  # the open indexes where position 0 was (None: this run's)
 
     def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
         self._pipeline = pipeline
-        self._count = self._skip = self._base = 0
-        self._opens = self._nodes = self._origin = None
-        if state is not None:
-            self._count, self._opens, self._nodes = check_state(pipeline, state)
-            self._origin = state_origin(state, self._opens, self._nodes is not None)
-            # seeking: the run starts where the state was taken; replaying: it skips
-            self._base = self._count if self._nodes is not None else 0
-            self._skip = 0 if self._nodes is not None else self._count
+        r = self._resume = Resume(pipeline) if state is None else Resume.of(pipeline, state)
+        self._count = r.position
+        # seeking: the run starts where the state was taken; replaying: it skips
+        self._base = r.position if r.seeking else 0
+        self._skip = 0 if r.seeking else r.position
 
     def _new_run(self) -> Run:
-        return Run(self._pipeline, self._opens, self._nodes)
+        return Run(self._pipeline, self._resume)
 
     def _current_run(self) -> Run | None:
         raise NotImplementedError
@@ -95,7 +84,9 @@ class _Resumable:
             >>> before, items, after
             (None, [1, 2, 4, 8], 8)
         """
-        return watermark_at(self._pipeline, self._current_run(), self._count - self._base)
+        run = self._current_run()
+        pos = run.resume if run is not None else None
+        return watermark_at(self._pipeline, pos, self._count - self._base)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data from which ``p.iter(state=...)`` resumes after the items yielded so far.
@@ -116,20 +107,23 @@ class _Resumable:
             [2, 3, 4]
         """
         refuse_inexact(self._pipeline)
-        run = self._current_run()
-        nodes: dict[str, Any] | None
-        if run is None:
-            if self._nodes is not None:
-                nodes = {str(k): v for k, v in self._nodes.items()}
+        run, r = self._current_run(), self._resume
+        nodes: tuple[dict[str, Any], dict[str, int]] | None
+        if run is None:  # not started: where it would start
+            if r.seeking:
+                nodes = (
+                    {str(k): v for k, v in r.nodes.items()},
+                    {str(k): v for k, v in r.counts.items()},
+                )
             else:
                 nodes = take_nodes(self._pipeline, None, self._count)
-            opens = self._opens if self._opens is not None else next_opens(self._pipeline)
-            return make_state(self._pipeline, self._count, opens, nodes, self._origin)
+            opens = r.opens if r.opens is not None else next_opens(self._pipeline)
+            return make_state(self._pipeline, self._count, opens, nodes, r.origin)
         # a fresh or replayed run's first openings are where its position 0 was; a run
         # resumed by seeking learns that from its state (a replay must start there)
-        origin = self._origin if self._origin is not None else dict(run.first_open)
-        opens = dict(run.first_open)
-        nodes = take_nodes(self._pipeline, run, self._count - self._base, opens)
+        origin = r.origin if r.origin is not None else dict(r.first_open)
+        opens = dict(r.first_open)
+        nodes = take_nodes(self._pipeline, run.resume, self._count - self._base, opens)
         return make_state(self._pipeline, self._count, opens, nodes, origin)
 
 
@@ -341,7 +335,8 @@ class PipelineIterator(_Resumable, Generic[T]):
             pipeline = self._pipeline.skip(self._skip) if self._skip else self._pipeline
             # no reference back to this iterator: its finalizer must be able to run
             self._engine = Engine(
-                pipeline, functools.partial(Run, self._pipeline, self._opens, self._nodes)
+                pipeline,
+                functools.partial(Run, self._pipeline, self._resume),
             )
             self._finalizer = weakref.finalize(self, self._engine.shutdown)
             chan = self._chan = self._engine.start()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aioflow._core.check import check_int
 from aioflow._iterators import PipelineIterator
-from aioflow._state.state import check_state
+from aioflow._state.resume import Resume
 from aioflow.errors import StateMismatch
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class StatefulLoader(Generic[T]):
             raise StateMismatch(f"not a StatefulLoader state: {state_dict!r:.200}")
         state = state_dict.get("state")
         if state is not None:
-            check_state(self.pipeline, state)
+            Resume.of(self.pipeline, state)
         self._loaded = copy.deepcopy(state)
 
     def close(self) -> None:
@@ -195,6 +195,7 @@ def merge_states(states: Sequence[dict[str, Any]], *, num_shards: int) -> list[d
     for j in range(num_shards):
         new = copy.deepcopy(states[0])
         new["position"] = 0
+        new["counts"] = {k: 0 for k in new["counts"]}  # (stages that hold nothing)
         new["nodes"][key] = {**srcs[0], "shard": [num_shards, j], "ranges": left, "next": 0}
         out.append(new)
     return out

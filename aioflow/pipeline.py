@@ -182,8 +182,8 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
                 return seen[id(node)]
             m_in = sum(walk(q) for q in node.inputs) if node.inputs else 1
             m_out = m_in * node.mult
-            items = max(node.items, node.grow_to)  # prefetch(AUTOTUNE) may grow to grow_to
-            chunks = max(node.chunks, node.grow_to)
+            hints = node.hints  # prefetch(AUTOTUNE) may grow to grow_to
+            items, chunks = max(hints.items, hints.grow_to), max(hints.chunks, hints.grow_to)
             objects = CHUNK_MAX + (min(items, chunks * CHUNK_MAX) if node.task else 0)
             total += node.holds * m_in + objects * m_out
             seen[id(node)] = m_out

@@ -221,6 +221,7 @@ def test_a_repeat_resumed_at_the_end_of_an_epoch_goes_on_with_the_next_epoch():
     # of an epoch, not an empty input
     state["nodes"] = {"0": {"epoch": 1}, "1": {"next": 1}}
     state["opens"] = {"0": 0, "1": 1}
+    state["counts"] = {"0": 2, "1": 1}
     assert resumed(make, state) == [0]
 
 

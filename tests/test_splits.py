@@ -13,7 +13,7 @@ from aioflow.ops.distributed import TASK_SECONDS, _leaf, _Sizer, job_of, run_spl
 
 
 def splits_of(p: af.Pipeline) -> object:
-    return p._node.splits
+    return p._node.hints.splits
 
 
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 1000, 100_000])
@@ -48,7 +48,7 @@ def test_index_splits_give_a_random_access_source_its_index_ranges():
 def test_a_task_runs_the_part_before_distribute_over_its_splits_as_one_source():
     p = af.range(1000).map(lambda x: x + 1).batch(4, collate=list)
     leaf = _leaf(p)
-    items, seconds, where = run_split(job_of(p, leaf), [leaf.splits.split(0, i) for i in (1, 2)])
+    items, seconds, where = run_split(job_of(p, leaf), [leaf.hints.splits.split(0, i) for i in (1, 2)])
     size = range_split_size(1000)
     assert items == [list(range(k, k + 4)) for k in range(size + 1, 3 * size + 1, 4)]
     assert seconds >= 0 and where.startswith("pid ")

@@ -12,7 +12,10 @@ if TYPE_CHECKING:
     from aioflow._core.stages import LaneCell
     from aioflow.stats.meters import StageMeter
 
-__all__ = ["Ctx"]
+__all__ = ["Ctx", "Sub"]
+
+#: The root of a sub-pipeline: the state it starts from and what gets its seeker.
+Sub = tuple[Any, Callable[[Callable[[int], Any]], None] | None] | None
 
 
 class Ctx:
@@ -21,30 +24,34 @@ class Ctx:
     __slots__ = ("hook", "lane", "meter", "no", "node", "open_index", "resume", "run")
 
     def __init__(
-        self, run: Run, node: Node, meter: StageMeter, open_index: int, lane: LaneCell
+        self,
+        run: Run,
+        node: Node,
+        meter: StageMeter,
+        open_index: int,
+        lane: LaneCell,
+        sub: Sub = None,
     ) -> None:
         self.run = run
         self.node = node
         self.meter = meter
         self.open_index = open_index  # how many times this node was opened before, ever
         self.lane = lane  # this instance's lane, once it runs: sub-pipelines report to it
-        # resuming (see _state/state.py): the node's number in the graph when this is its first
-        # opening in the run, and the state it saved, to start from (None: from the start)
-        self.no: int | None = run.node_index.get(id(node))
-        first = run.first_opening(node) is not None
-        self.resume: Any = run.resume_nodes.get(self.no) if first and self.no is not None else None
+        # resuming (see _core/positions.py): the node's number in the graph, and the state
+        # it starts from (None: from the start); a sub-pipeline's root gets both from the
+        # node that opens it, with what gets its seeker
+        self.no: int | None = run.resume.number(node)
+        self.resume: Any = run.resume.start(node)
         self.hook: Callable[[Callable[[int], Any]], None] | None = None
-        if run.sub_resume is not None:  # the root of a sub-pipeline opened by Ctx.open
-            (self.resume, self.hook), run.sub_resume = run.sub_resume, None
+        if sub is not None:
+            self.resume, self.hook = sub
 
     def seeker(self, fn: Callable[[int], Any]) -> None:
         """A node says where it was after its first ``k`` items out of this opening."""
         if self.hook is not None:
             self.hook(fn)
         elif self.no is not None:  # by opening: repeat opens its input again per epoch
-            seekers = self.run.seekers
-            seekers[(self.no, self.open_index)] = fn
-            seekers.pop((self.no, self.open_index - 2), None)  # two epochs are enough
+            self.run.resume.seeker(self.no, self.open_index, fn)
 
     @property
     def name(self) -> str:
@@ -61,8 +68,8 @@ class Ctx:
         ``resume``/``hook``: the state its first stage starts from, and what gets that
         stage's ``seeker`` (see ``_state/state.py``).
         """
-        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
-        gen = self.run.open(pipeline, parent=self.meter, reader=self.lane, same_lane=False)
+        sub = (resume, hook) if resume is not None or hook else None
+        gen = self.run.open(pipeline, parent=self.meter, reader=self.lane, same_lane=False, sub=sub)
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen
 
@@ -75,7 +82,6 @@ class Ctx:
         hook: Callable[[Callable[[int], Any]], None] | None = None,
     ) -> ChunkIter:
         """Open a sub-pipeline in a task of its own, behind a bounded channel (fan-in)."""
-        self.run.sub_resume = (resume, hook) if resume is not None or hook else None
         gen = self.run.open(
             pipeline,
             parent=self.meter,
@@ -83,6 +89,7 @@ class Ctx:
             chunks=chunks,
             reader=self.lane,
             same_lane=False,
+            sub=(resume, hook) if resume is not None or hook else None,
         )
         self.meter.adopt(self.run.meter_for(pipeline._node, self.meter))
         return gen

@@ -22,11 +22,13 @@ __all__ = [
     "CHUNK_MAX",
     "FUSE_MAX",
     "INFINITE_CARD",
+    "NO_HINTS",
     "UNKNOWN_CARD",
     "Build",
     "Chunk",
     "ChunkIter",
     "Described",
+    "Hints",
     "Node",
     "OpenCount",
     "Opener",
@@ -96,8 +98,38 @@ class OpenCount:
 
 
 @dataclass(frozen=True, eq=False)
+class Hints:
+    """What the runtime may use of a node beyond what it describes, each for one feature."""
+
+    chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
+    items: int = CHANNEL_ITEMS  # ... and in items
+    grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
+    # its channel is a buffer the user sized (prefetch(n)): last in a run read by an async
+    # consumer, it is the consumer's channel (no hop between them)
+    buffer: bool = False
+    splits: Any = None  # a source that distribute can cut: a _state/splits.SplitSource
+    # a one-item source's blocking read of its item (a local file's): a fan-in may run it
+    # in a batch on the run's threads instead of opening the node (a failure: it opens it)
+    load: Callable[[], Any] | None = None
+    # a process map's pool, started when a run of its pipeline starts (``prestart``):
+    # (fn, workers, timeout, ordered)
+    pool: tuple[Any, int, float | None, bool] | None = None
+    # a process map's node made anew for the ``batch(n)`` right after it: its workers get
+    # tasks within one batch and stack the results (``_process/columns``); ``batch`` calls
+    # it with the map's own node, which owns the pool the variant's runs use
+    columns: Callable[[int, Node], Node] | None = None
+    # that variant's user map: its pool is the map's, kept warm on the map's node
+    pool_owner: Node | None = None
+
+
+#: A node without hints: the runtime's defaults.
+NO_HINTS = Hints()
+
+
+@dataclass(frozen=True, eq=False)
 class Node:
-    """One operator of a pipeline description (immutable)."""
+    """One operator of a pipeline description (immutable): what the operator describes,
+    and the runtime's ``hints`` (``Hints``; most operators give none)."""
 
     name: str
     build: Build
@@ -108,28 +140,10 @@ class Node:
     task: bool = False
     holds: int = 0  # input items the operator itself may hold at once, beyond channels
     mult: int = 1  # how many input items one output item may hold (batch(n): n)
-    chunks: int = CHANNEL_CHUNKS  # bound of the channel after a task node, in chunks
-    items: int = CHANNEL_ITEMS  # ... and in items
-    grow_to: int = 0  # prefetch(AUTOTUNE): the channel may grow to this many items
     key: tuple[Any, ...] = ()  # what identifies the node's configuration (for states)
-    splits: Any = None  # a source that distribute can cut: a _splits.SplitSource
     resume: Any = None  # how its state is taken when resuming: see _state/state.py
+    hints: Hints = NO_HINTS
     opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
-    # a one-item source's blocking read of its item (a local file's): a fan-in may run it
-    # in a batch on the run's threads instead of opening the node (a failure: it opens it)
-    load: Callable[[], Any] | None = field(default=None, compare=False)
-    # its channel is a buffer the user sized (prefetch(n)): last in a run read by an async
-    # consumer, it is the consumer's channel (no hop between them)
-    buffer: bool = False
-    # a process map's pool, started when a run of its pipeline starts (``_procs.prestart``):
-    # (fn, workers, timeout, ordered)
-    pool: tuple[Any, int, float | None, bool] | None = field(default=None, compare=False)
-    # a process map's node made anew for the ``batch(n)`` right after it: its workers get
-    # tasks within one batch and stack the results (``_process/columns``); ``batch`` calls
-    # it with the map's own node, which owns the pool the variant's runs use
-    columns: Callable[[int, Node], Node] | None = field(default=None, compare=False)
-    # that variant's user map: its pool is the map's, kept warm on the map's node
-    pool_owner: Node | None = field(default=None, compare=False)
 
 
 def graph_nodes(root: Described) -> list[Node]:

@@ -25,24 +25,26 @@ from time import perf_counter
 from typing import Any, TypeVar
 
 from aioflow._core.channel import Channel
-from aioflow._core.ctx import Ctx
+from aioflow._core.ctx import Ctx, Sub
 from aioflow._core.graph import (
     CHANNEL_CHUNKS,
     CHANNEL_ITEMS,
     CHUNK_MAX,
     FUSE_MAX,
     INFINITE_CARD,
+    NO_HINTS,
     UNKNOWN_CARD,
     Build,
     Chunk,
     ChunkIter,
     Described,
+    Hints,
     Node,
     OpenCount,
     Opener,
     graph_nodes,
-    number_nodes,
 )
+from aioflow._core.positions import Positions
 from aioflow._core.stages import LaneCell, items_of, metered, pump, take_lane
 from aioflow._core.tasks import aclosing, cancel_and_wait, cancelling, keep_task, retrieve
 from aioflow._core.threads import DaemonPool
@@ -60,6 +62,8 @@ __all__ = [
     "Chunk",
     "ChunkIter",
     "Ctx",
+    "Hints",
+    "NO_HINTS",
     "Node",
     "OpenCount",
     "Opener",
@@ -80,21 +84,10 @@ METER = os.environ.get("AIOFLOW_STATS", "1") != "0"
 class Run:
     """One iteration (epoch) of a pipeline: owns every task, channel and pool it starts."""
 
-    def __init__(
-        self,
-        root: Described | None = None,
-        opens: dict[int, int] | None = None,
-        nodes: dict[int, Any] | None = None,
-    ) -> None:
-        # Static nodes are numbered in the root's graph, so a state can name them; `opens`
-        # (from a state) gives the open_index each node had in the run being resumed.
-        self.node_index: dict[int, int] = {} if root is None else number_nodes(root)
-        self.resume_opens = opens
-        self.first_open: dict[int, int] = {}
-        self.open_counts: dict[int, int] = {}
-        self.resume_nodes: dict[int, Any] = nodes or {}  # node states a resumed run starts from
-        self.seekers: dict[tuple[int, int], Callable[[int], Any]] = {}  # see Ctx.seeker
-        self.sub_resume: tuple[Any, Any] | None = None  # see Ctx.open
+    def __init__(self, root: Described | None = None, resume: Positions | None = None) -> None:
+        # where its nodes are (numbered, opened, seekable): from the iterator, which built
+        # it from the state it resumes from (``_state/resume.Resume``), or fresh
+        self.resume = resume if resume is not None else Positions(root)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.meters: dict[Any, StageMeter] = {}
         self.resources: list[Callable[[], Any]] = []  # closers, run at aclose (LIFO)
@@ -127,24 +120,28 @@ class Run:
         reader: LaneCell | None = None,
         same_lane: bool = True,
         split: bool = True,
+        sub: Sub = None,
     ) -> ChunkIter:
         """Open a pipeline: its chunks, as an async iterator owned by the caller.
 
         ``reader``: the lane of the instance that reads it, which its time is taken from;
         ``same_lane``: an input runs on its reader's lane index (a sub-pipeline: the
         lowest free one). ``split``: a long fused chain may be cut here (see ``_split``).
+        ``sub``: the root of a sub-pipeline, its state to start from and what gets its
+        seeker (``Ctx.open``).
         """
         node = pipeline._node
         fused = not (node.task or boundary)
         if fused and split and self._fused_depth(node) % FUSE_MAX == 0:
-            return self._split(pipeline, parent, reader, same_lane)
+            return self._split(pipeline, parent, reader, same_lane, sub)
         mine: LaneCell = [None]
-        gen, meter = self._build(node, parent, mine)
+        gen, meter = self._build(node, parent, mine, sub)
         if fused:
             return metered(gen, meter, mine, reader, same_lane) if METER else gen
         meter.task = True
-        chan = Channel(chunks if chunks is not None else node.chunks, node.items)
-        return self._reader(gen, meter, chan, node.grow_to, (mine, reader, same_lane))
+        hints = node.hints
+        chan = Channel(chunks if chunks is not None else hints.chunks, hints.items)
+        return self._reader(gen, meter, chan, hints.grow_to, (mine, reader, same_lane))
 
     def _split(
         self,
@@ -152,6 +149,7 @@ class Run:
         parent: StageMeter | None,
         reader: LaneCell | None,
         same_lane: bool,
+        sub: Sub,
     ) -> ChunkIter:
         """The rest of a long chain of fused stages, in a task of its own (a fresh stack).
 
@@ -163,7 +161,7 @@ class Run:
         hop_lane: LaneCell = [None]
 
         async def rest() -> ChunkIter:
-            gen = self.open(pipeline, parent=parent, reader=hop_lane, split=False)
+            gen = self.open(pipeline, parent=parent, reader=hop_lane, split=False, sub=sub)
             async with aclosing(gen):
                 async for chunk in gen:
                     yield chunk
@@ -194,7 +192,7 @@ class Run:
         return depth[id(node)]
 
     def _build(
-        self, node: Node, parent: StageMeter | None, mine: LaneCell
+        self, node: Node, parent: StageMeter | None, mine: LaneCell, sub: Sub = None
     ) -> tuple[ChunkIter, StageMeter]:
         """The node's own (unmetered) generator and its meter."""
         meter = self.meter_for(node, parent)
@@ -203,28 +201,8 @@ class Run:
             m = self.meter_for(q._node, parent)
             if m not in meter.inputs:
                 meter.inputs.append(m)
-        ctx = Ctx(self, node, meter, self._open_index(node), mine)
+        ctx = Ctx(self, node, meter, self.resume.open_index(node), mine, sub)
         return node.build(ctx, openers), meter
-
-    def _open_index(self, node: Node) -> int:
-        """How many times ``node`` was opened before: seeds per epoch derive from it."""
-        fresh = next(node.opens)
-        idx = self.node_index.get(id(node))
-        if idx is None:
-            return fresh
-        k = self.open_counts.get(idx, 0)
-        self.open_counts[idx] = k + 1
-        if k == 0:
-            base = fresh
-            if self.resume_opens is not None:
-                base = self.resume_opens.get(idx, fresh)
-            self.first_open[idx] = base
-        return self.first_open[idx] + k
-
-    def first_opening(self, node: Node) -> int | None:
-        """The node's number when it is being opened for the first time in this run."""
-        idx = self.node_index.get(id(node))
-        return idx if idx is not None and self.open_counts.get(idx) == 1 else None
 
     def _opener(self, q: Described, parent: StageMeter | None, reader: LaneCell) -> Opener:
         # inputs are fused into the task that reads them; task nodes make their own task
@@ -302,7 +280,7 @@ class Run:
         node = pipeline._node
         if METER:
             chan.waits = self.consumer
-        if node.task and not (node.buffer and not chan.threaded):
+        if node.task and not (node.hints.buffer and not chan.threaded):
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's (a
             # concurrent map's read-ahead is its channel and the consumer's; a thread's
@@ -313,7 +291,7 @@ class Run:
         gen, meter = self._build(node, None, mine)
         if node.task:  # prefetch(n): its channel is the consumer's, with its bound
             meter.task = True
-            chan.bound(node.chunks, node.items)
+            chan.bound(node.hints.chunks, node.hints.items)
         if not chan.threaded:  # (a thread's channel is not metered)
             meter.channel = chan
             if METER:

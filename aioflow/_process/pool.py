@@ -68,7 +68,7 @@ def run_process_pool(
         # a second batch queued per worker hides the round trip between batches; it
         # would wait behind a slow call, so unordered maps and timed calls go without
         config = (workers, timeout, ordered)
-        owner = ctx.node.pool_owner or ctx.node  # a fused variant uses its map's pool
+        owner = ctx.node.hints.pool_owner or ctx.node  # a fused variant uses its map's pool
         pool = checkout(owner, config)
         if pool is None:
             pool = ProcessPool(workers, timeout, queued=ordered, holds=ctx.node.holds)
@@ -88,10 +88,10 @@ def prestart(root: Described) -> None:
     checks it out (a pool that no stage takes stays warm, as after an epoch).
     """
     for node in graph_nodes(root):
-        owner = node.pool_owner or node  # a fused variant uses its map's pool
-        if node.pool is None or not wants_pool(owner):
+        owner = node.hints.pool_owner or node  # a fused variant uses its map's pool
+        if node.hints.pool is None or not wants_pool(owner):
             continue
-        fn, workers, timeout, ordered = node.pool
+        fn, workers, timeout, ordered = node.hints.pool
         pool = ProcessPool(workers, timeout, queued=ordered, holds=node.holds)
         track(pool)
         pool.node = weakref.ref(owner)

@@ -24,13 +24,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from aioflow._state.state import LOGGED, Refuse, Seek
+from aioflow._state.state import Logged, Refuse, Seek
 from aioflow.errors import StateMismatch
 
 if TYPE_CHECKING:
     from aioflow._core.ctx import Ctx
     from aioflow._core.graph import Described
-    from aioflow._core.run import Run
+    from aioflow._core.positions import Positions
 
 __all__ = ["HeldLog", "watermark_at"]
 
@@ -138,24 +138,23 @@ class HeldLog:
             return m.watermark
 
 
-def watermark_at(pipeline: Described, run: Run | None, k: int) -> Any:
+def watermark_at(pipeline: Described, positions: Positions | None, k: int) -> Any:
     """The output watermark of the event-time stage nearest the sink, where it was when
-    the consumer's ``k``-th item left it (``it.watermark()``); None before any.
+    the consumer's ``k``-th item left it (``it.watermark()``); None before any
+    (``positions``: the run's ``Run.resume``; None: no run yet).
 
     The walk maps ``k`` through the stages after it as ``take_nodes`` does; past a stage
     that cannot say (``map(ordered=False)``, a log outrun), the stage's oldest logged
     watermark stands in (it lags, it is not ahead by more than the log's reach).
     """
-    if run is None:
+    if positions is None:
         return None
     p: Any = pipeline
     exact = True
     while True:
         node = p._node
-        no = run.node_index.get(id(node))
-        seek = None
-        if no is not None and no in run.first_open:
-            seek = run.seekers.get((no, run.first_open[no]))
+        no = positions.number(node)
+        seek = positions.seek(no) if no is not None else None
         wm = getattr(seek, "watermark", None)
         if wm is not None:
             return wm(k if exact else None)
@@ -164,10 +163,10 @@ def watermark_at(pipeline: Described, run: Run | None, k: int) -> Any:
         r = node.resume
         if exact:
             res: Any = None
-            if r == LOGGED and seek is not None:
+            if isinstance(r, Logged) and seek is not None:
                 res = seek(k)
             elif callable(r) and not isinstance(r, Seek | Refuse) and len(node.inputs) == 1:
-                res = r(run.resume_nodes.get(no) if no is not None else None, k)
+                res = r(positions.resumed(no), k)
             if res is None or isinstance(res[1], list) or (len(res) > 2 and res[2]):
                 exact = False
             else:

@@ -32,6 +32,7 @@ __all__ = [
     "chunkwise",
     "counted_source",
     "frozen",
+    "shuffle_check",
     "thaw",
 ]
 
@@ -355,3 +356,22 @@ def chunkwise(build: Build) -> Build:
         return skip_chunks(out(), log.drop) if log.drop else out()
 
     return wrapped
+
+
+def shuffle_check(size: int) -> Callable[[Any, int, Any], str | None]:
+    """What of a ``ShuffleLog`` state disagrees with the counts (``Logged.check``): the
+    buffer holds every item taken and not yet out, ``drop`` of them out past its chunk."""
+
+    def check(st: Any, k: int, k_in: Any) -> str | None:
+        if not isinstance(st, dict) or set(st) != {"buf", "rng", "drop"}:
+            return f"not a shuffle state: {st!r:.200}"
+        buf, drop = st["buf"], st["drop"]
+        if not isinstance(buf, list) or len(buf) > size:
+            return f"a buffer of at most {size} items is needed, got {buf!r:.100}"
+        if not isinstance(drop, int) or isinstance(drop, bool) or drop < 0:
+            return f"bad drop {drop!r:.100}"
+        if k != k_in - len(buf) + drop:
+            return f"{k} items out disagree with {k_in} in, {len(buf)} held and {drop} left out"
+        return None
+
+    return check

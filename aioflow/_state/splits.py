@@ -1,6 +1,6 @@
 """Splits: how ``distribute`` cuts a source into independent shares, handed out on demand.
 
-A source node that can be split carries a ``SplitSource`` (``Node.splits``): how many
+A source node that can be split carries a ``SplitSource`` (``Node.hints.splits``): how many
 splits an epoch has, and a small source ``Pipeline`` for each, which replaces the source
 in the part of the pipeline that runs on a worker. A split must give the same items every
 time it is made (a worker that dies has its splits made again elsewhere). ``range`` is cut

@@ -8,7 +8,8 @@ A state is plain data (``json`` and ``pickle`` store it)::
      "position": 9000,                         # items yielded in this epoch so far
      "opens": {"0": 0, ...},                   # each node's open_index (per-epoch seeds)
      "origin": {"0": 0, ...},                  # the open indexes where position 0 was
-     "nodes": {"0": null, "1": {...}} | null}  # per-node states, when seekable
+     "nodes": {"0": null, "1": {...}} | null,  # per-node states, when seekable
+     "counts": {"0": 9000, "1": 36000} | null} # items each of them yielded (its opening)
 
 **Seeking** (``nodes`` present). The per-node protocol is ``Node.resume``:
 
@@ -17,6 +18,9 @@ A state is plain data (``json`` and ``pickle`` store it)::
   input and holds nothing else but ``state`` (JSON-safe; ``prev`` is the state it was
   resumed from, or None). A run resumed from the state opens the node with
   ``ctx.resume = state`` and its input resumed after ``k_in`` items;
+- ``Logged(check)`` (``LOGGED``): a node that calls ``ctx.seeker(fn)``; ``fn(k)`` is
+  ``(state, k_in)`` or None, from a log it keeps while it runs; ``check(state, k, k_in)``
+  says what of a given state disagrees with the counts (None: nothing);
 - ``Seek(start)``: a source that calls ``ctx.seeker(fn)`` when it opens; ``fn(k)`` is the
   state to seek back to after its first ``k`` items (or None when it cannot), and
   ``start()`` the state before it opened (``SEEK``: none, replay);
@@ -43,20 +47,19 @@ from aioflow._core.graph import Described, graph_nodes, number_nodes
 from aioflow.errors import PipelineError, StateMismatch
 
 if TYPE_CHECKING:
-    from aioflow._core.run import Run
+    from aioflow._core.positions import Positions
 
 __all__ = [
     "SEEK",
+    "Logged",
     "Refuse",
     "Seek",
-    "check_state",
     "fingerprint",
     "make_state",
-    "state_origin",
     "take_nodes",
 ]
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 class Seek:
@@ -69,9 +72,21 @@ class Seek:
 
 
 SEEK = Seek()
-#: ``Node.resume`` of a one-input node that calls ``ctx.seeker(fn)``: ``fn(k)`` is
-#: ``(state, k_in)`` or None, from a log the node keeps while it runs (``flat_map``).
-LOGGED = "logged"
+
+
+class Logged:
+    """``Node.resume`` of a node that logs where it was (``ctx.seeker(fn)``: ``fn(k)`` is
+    ``(state, k_in)`` or None); ``check(state, k, k_in)``: what of a state disagrees with
+    the node's counts (a message; None: nothing). Checked by ``_state/resume.Resume``."""
+
+    __slots__ = ("check",)
+
+    def __init__(self, check: Callable[[Any, int, Any], str | None] | None = None) -> None:
+        self.check = check
+
+
+#: ``Node.resume`` of a node whose log says where it was and which checks nothing more.
+LOGGED = Logged()
 UNORDERED = "yields in completion order (ordered=False): a replay would differ"
 
 
@@ -84,7 +99,7 @@ class Refuse:
         self.why = why
 
 
-def _stages(pipeline: Described) -> list[tuple[str, str]]:
+def stages_of(pipeline: Described) -> list[tuple[str, str]]:
     """(name, hash) of every node, numbered as ``_graph.number_nodes`` numbers them."""
 
     nums = number_nodes(pipeline)
@@ -107,7 +122,7 @@ def _stages(pipeline: Described) -> list[tuple[str, str]]:
 
 def fingerprint(pipeline: Described) -> str:
     """A short hash of the pipeline's description (names, configuration, function code)."""
-    return hashlib.sha256(repr(_stages(pipeline)).encode()).hexdigest()[:16]
+    return hashlib.sha256(repr(stages_of(pipeline)).encode()).hexdigest()[:16]
 
 
 def _const(k: Any) -> str:
@@ -144,27 +159,32 @@ def make_state(
     pipeline: Described,
     position: int,
     opens: dict[int, int],
-    nodes: dict[str, Any] | None,
+    nodes: tuple[dict[str, Any], dict[str, int]] | None,
     origin: dict[int, int] | None = None,
 ) -> dict[str, Any]:
-    """A state after ``position`` items; ``origin``: the open indexes at position 0, which
-    a replaying state (``nodes`` None) resumes from, and a seeking one passes on."""
+    """The state of ``pipeline`` after ``position`` items; ``nodes``: ``take_nodes``';
+    ``origin``: the open indexes where the epoch's position 0 was (default ``opens``),
+    from which a replaying state (``nodes`` None) resumes and which a seeking one passes on."""
     if nodes is None and origin is not None:
         opens = origin
+    later = next_opens(pipeline)  # a node not opened yet: the index it will get
+    opens = {**later, **opens}
+    origin = opens if origin is None else {**later, **origin}
     return {
         "aioflow_state": STATE_VERSION,
         "pipeline": fingerprint(pipeline),
-        "stages": [h for _, h in _stages(pipeline)],
+        "stages": [h for _, h in stages_of(pipeline)],
         "position": position,
         # per node (numbered in the graph): its open_index in this run, for per-epoch seeds
         "opens": {str(k): v for k, v in sorted(opens.items())},
-        "origin": {str(k): v for k, v in sorted((origin or opens).items())},
-        "nodes": nodes,
+        "origin": {str(k): v for k, v in sorted(origin.items())},
+        "nodes": None if nodes is None else nodes[0],
+        "counts": None if nodes is None else nodes[1],
     }
 
 
-def _mismatch(pipeline: Described, state: dict[str, Any]) -> StateMismatch:
-    mine = _stages(pipeline)
+def mismatch(pipeline: Described, state: dict[str, Any]) -> StateMismatch:
+    mine = stages_of(pipeline)
     theirs = state.get("stages")
     where = ""
     if isinstance(theirs, list) and len(theirs) == len(mine):
@@ -177,56 +197,6 @@ def _mismatch(pipeline: Described, state: dict[str, Any]) -> StateMismatch:
         f"state was taken from another pipeline (fingerprint {state.get('pipeline')!r},"
         f" this pipeline is {fingerprint(pipeline)!r}){where}"
     )
-
-
-def _count(what: str, v: Any) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise StateMismatch(f"bad {what} in state (a count >= 0 is needed): {v!r:.200}")
-    return v
-
-
-def check_state(
-    pipeline: Described, state: Any
-) -> tuple[int, dict[int, int], dict[int, Any] | None]:
-    """The position, per-node open indexes and node states a state resumes from."""
-    if not isinstance(state, dict) or state.get("aioflow_state") != STATE_VERSION:
-        raise StateMismatch(f"not an aioflow state (version {STATE_VERSION}): {state!r:.200}")
-    if state.get("pipeline") != fingerprint(pipeline):
-        raise _mismatch(pipeline, state)
-    pos = _count("position", state.get("position"))
-    opens = _open_indexes(state.get("opens", {}))
-    nodes = state.get("nodes")
-    if nodes is None:
-        return pos, opens, None
-    if not isinstance(nodes, dict):
-        raise StateMismatch(f"bad node states in state: {nodes!r:.200}")
-    try:
-        return pos, opens, {int(k): v for k, v in nodes.items()}
-    except ValueError:
-        raise StateMismatch(f"bad node states in state: {nodes!r:.200}") from None
-
-
-def _open_indexes(raw: Any) -> dict[int, int]:
-    if not isinstance(raw, dict):
-        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}")
-    try:
-        opens = {int(k): v for k, v in raw.items()}
-    except ValueError:
-        raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
-    for v in opens.values():
-        _count("open index", v)
-    return opens
-
-
-def state_origin(
-    state: dict[str, Any], opens: dict[int, int], seeking: bool
-) -> dict[int, int] | None:
-    """The open indexes where the state's position 0 was (checked by ``check_state``):
-    a replaying state's own; a seeking one's ``origin`` (None in a state without one)."""
-    if not seeking:
-        return opens
-    raw = state.get("origin")
-    return None if raw is None else _open_indexes(raw)
 
 
 def refuse_inexact(pipeline: Described) -> None:
@@ -254,31 +224,54 @@ def next_opens(pipeline: Described) -> dict[int, int]:
     return out
 
 
+def node_cards(root: Described) -> dict[int, int]:
+    """Each node's cardinality (by ``id``), without recursion."""
+    card: dict[int, int] = {}
+    todo = [root._node]
+    while todo:
+        node = todo[-1]
+        missing = [q._node for q in node.inputs if id(q._node) not in card]
+        if missing:
+            todo.extend(missing)
+            continue
+        todo.pop()
+        card[id(node)] = node.card([card[id(q._node)] for q in node.inputs])
+    return card
+
+
 def take_nodes(
-    pipeline: Described, run: Run | None, k: int, opens: dict[int, int] | None = None
-) -> dict[str, Any] | None:
-    """Per-node states after ``k`` items of ``run`` (None: not started), or None (replay).
+    pipeline: Described, positions: Positions | None, k: int, opens: dict[int, int] | None = None
+) -> tuple[dict[str, Any], dict[str, int]] | None:
+    """Per-node states after ``k`` items of a run (``positions``: its ``Run.resume``; None: not
+    started), and how many items each node yielded in its opening (from the state the
+    run resumed from on), or None (replay).
 
     ``opens`` (the state's open indexes) is updated for the nodes upstream of a
     ``repeat`` resumed in a later epoch than the run's first. A node with several inputs
     (``asof_join``) says what each resumes after: each is walked in turn.
     """
 
-    index = run.node_index if run is not None else number_nodes(pipeline)
-    prev0 = run.resume_nodes if run is not None else {}
+    index = positions.index if positions is not None else number_nodes(pipeline)
+    prev0 = positions.nodes if positions is not None else {}
+    base0 = positions.counts if positions is not None else {}
+    cards = node_cards(pipeline)
     nodes: dict[str, Any] = {}
-    todo: list[tuple[Any, int, int, dict[int, Any]]] = [(pipeline, k, 0, prev0)]
+    counts: dict[str, int] = {}
+    todo: list[tuple[Any, int, int, dict[int, Any], dict[int, int]]]
+    todo = [(pipeline, k, 0, prev0, base0)]
     while todo:
-        p, k, shift, prev = todo.pop()  # shift: the epoch of a repeat's input, in this run
+        # shift: the epoch of a repeat's input, in this run; base: counts resumed from
+        p, k, shift, prev, base = todo.pop()
         while True:
             node = p._node
             no = index.get(id(node))
             if no is None or str(no) in nodes:  # (a node read by two inputs: replay)
                 return None
+            if cards[id(node)] >= 0:  # (a short last batch counts as a full one)
+                k = max(0, min(k, cards[id(node)] - base.get(no, 0)))
+            counts[str(no)] = base.get(no, 0) + k
             r = node.resume
-            seek = None
-            if run is not None and no in run.first_open:
-                seek = run.seekers.get((no, run.first_open[no] + shift))
+            seek = positions.seek(no, shift) if positions is not None else None
             if isinstance(r, Seek):
                 if seek is not None:
                     st = seek(k)
@@ -289,8 +282,10 @@ def take_nodes(
                 if st is None:
                     return None
                 nodes[str(no)] = st
+                if isinstance(st, dict) and isinstance(st.get("next"), int):
+                    counts[str(no)] = st["next"]  # (its own count: after a merge, of its ranges)
                 break
-            if r == LOGGED:
+            if isinstance(r, Logged):
                 first: Any = 0 if len(node.inputs) < 2 else [0] * len(node.inputs)
                 res: Any = (
                     seek(k) if seek is not None else ((prev.get(no), first) if k == 0 else None)
@@ -302,7 +297,9 @@ def take_nodes(
                     if len(k) != len(node.inputs):
                         return None
                     nodes[str(no)] = st
-                    todo.extend((q, kq, shift, prev) for q, kq in zip(node.inputs, k, strict=True))
+                    todo.extend(
+                        (q, kq, shift, prev, base) for q, kq in zip(node.inputs, k, strict=True)
+                    )
                     break
                 if shift and len(res) > 2:
                     # a repeat inside a repeat in a later epoch: the openings of the inner
@@ -310,7 +307,7 @@ def take_nodes(
                     return None
                 if later:  # a later epoch of a repeat: its input starts afresh
                     shift = later
-                    prev = {}
+                    prev, base = {}, {}
                     if opens is not None:
                         for up in _upstream(node, index):
                             opens[up] = opens.get(up, 0) + later
@@ -320,7 +317,7 @@ def take_nodes(
                 return None
             nodes[str(no)] = st
             p = node.inputs[0]
-    return nodes
+    return nodes, counts
 
 
 def _upstream(node: Any, index: dict[int, int]) -> set[int]:

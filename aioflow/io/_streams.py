@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import aiofiles.threadpool
 
 from aioflow._calls.maps import ErrorPolicy
-from aioflow._core.run import UNKNOWN_CARD, ChunkIter, Ctx, Node, Opener
+from aioflow._core.run import NO_HINTS, UNKNOWN_CARD, ChunkIter, Ctx, Hints, Node, Opener
 from aioflow._state.state import SEEK
 from aioflow.errors import BadInput, PipelineError
 from aioflow.io.remote import open_url
@@ -334,7 +334,7 @@ def reader(
     a one-item stream has nothing to read ahead, and a task per file costs more than a
     small file's read (``flat_map(read_npy)`` over 48 KiB files: 5.2k -> 7.1k files/s).
     ``load(local_path)``: such a reader's blocking read of its item, which an
-    ``interleave`` runs in batches of files on the run's threads (``Node.load``).
+    ``interleave`` runs in batches of files on the run's threads (``Node.hints.load``).
     """
     p = check_path(path, name)
     ErrorPolicy(on_error)  # checked when the pipeline is described
@@ -344,5 +344,11 @@ def reader(
 
     one = None if load is None else local_read(load, p)
     return Node(
-        name, build, card=lambda _: card, task=task, key=(p, on_error, *key), resume=SEEK, load=one
+        name,
+        build,
+        card=lambda _: card,
+        task=task,
+        key=(p, on_error, *key),
+        resume=SEEK,
+        hints=NO_HINTS if one is None else Hints(load=one),
     )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aioflow._calls.maps import ErrorPolicy
 from aioflow._core.base import pipeline_of
-from aioflow._core.run import CHUNK_MAX, ChunkIter, Ctx, Node, Opener
+from aioflow._core.run import CHUNK_MAX, ChunkIter, Ctx, Hints, Node, Opener
 from aioflow._state.logs import COUNTED, SeekLog, counted_source
 from aioflow._state.splits import FileSplits
 from aioflow.errors import PipelineError
@@ -119,7 +119,7 @@ def list_files(
             task=True,
             key=key,
             resume=COUNTED,
-            splits=FileSplits(files, shuffle, seed),
+            hints=Hints(splits=FileSplits(files, shuffle, seed)),
         )
     )
 

@@ -57,7 +57,7 @@ def batch_node(up: Pipeline[Any], size: int, drop_remainder: bool, collate: Any)
     check_int("batch size", size, 1, want="a positive int")
     fn = resolve_collate(collate)
     array = STACKED.get(fn)
-    stacked = up._node.columns
+    stacked = up._node.hints.columns
     if array is not None and stacked is not None:
         up = pipeline_of(stacked(size, up._node))
     return _batch_node(

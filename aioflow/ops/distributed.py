@@ -65,7 +65,7 @@ def _leaf(upstream: Pipeline[Any]) -> Node:
             f" ({names}): cut it before the sources are combined"
         )
     (leaf,) = leaves.values()
-    if leaf.splits is None:
+    if leaf.hints.splits is None:
         raise PipelineError(
             f"distribute cannot split the source {leaf.name!r} into shares for the"
             " workers; use a source that can be split (af.range, af.list_files)"
@@ -377,7 +377,7 @@ def build_distribute(
     if max_outstanding is not None and max_outstanding < 1:
         raise PipelineError(f"max_outstanding must be >= 1, got {max_outstanding}")
     leaf = _leaf(upstream)
-    splits = leaf.splits
+    splits = leaf.hints.splits
     n, i = num_consumers, consumer_index
     job = job_of(upstream, leaf)
 

@@ -109,11 +109,11 @@ class _Opener:
         if (
             loads is not None
             and isinstance(sub, PipelineBase)
-            and sub._node.load is not None
+            and sub._node.hints.load is not None
             and _one_item(sub)
         ):
             loads.count_on(sub._node)
-            s.load, s.loads = sub._node.load, loads
+            s.load, s.loads = sub._node.hints.load, loads
             s.opener = functools.partial(self.ctx.open, cast("Pipeline[Any]", sub), None, s.hook)
             return s
         if self.task and isinstance(sub, PipelineBase) and not _one_item(sub):

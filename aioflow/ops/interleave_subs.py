@@ -1,7 +1,7 @@
 """The open sub-pipelines of a fan-in (``interleave``): each one's chunk at hand and
 its read started ahead, the batched reads of one-item sources, and closing them all.
 
-A one-item source with a blocking read (``Node.load``: ``read_npy`` of a local file) is
+A one-item source with a blocking read (``Node.hints.load``: ``read_npy`` of a local file) is
 not opened at all: ``Loads`` runs its read in a batch with others on the run's threads,
 one hop for several small files, and counts its item on the sub-stage's meter as an
 opened one would; if that read fails, the source is opened after all, so that it raises
@@ -35,7 +35,7 @@ async def next_chunk(gen: ChunkIter) -> list[Any] | None:
 class Sub:
     """One open sub-pipeline: its chunks, the chunk at hand, and a read started ahead.
 
-    A one-item source with a blocking read (``Node.load``: ``read_npy`` of a local file)
+    A one-item source with a blocking read (``Node.hints.load``: ``read_npy`` of a local file)
     is not opened at all: ``loads`` runs its read in a batch with others on the run's
     threads (one hop for several small files); if that read fails, it is opened after
     all, and its reader raises or skips as it does anywhere.
@@ -118,7 +118,7 @@ async def _no_chunks() -> ChunkIter:
 
 
 class Loads:
-    """The blocking reads of one-item sources (``Node.load``), run in batches: all those
+    """The blocking reads of one-item sources (``Node.hints.load``), run in batches: all those
     asked for before the loop goes on run in one call on the run's threads, in order."""
 
     __slots__ = ("ctx", "meter", "pending")

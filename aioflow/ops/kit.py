@@ -1,15 +1,19 @@
 """The operator kit: the building blocks an operator module (``ops/<family>.py``) uses, in
 one place. An operator imports them from here, not from ``_core`` and ``_state/state``:
 
-- the graph: ``Node`` (what an operator describes), ``Build``, ``Ctx``, ``ChunkIter``,
-  ``Opener``, ``Chunk``, ``aclosing``, the cardinalities and chunk sizes;
+- the graph: ``Node`` (what an operator describes), ``Hints`` (the runtime's),
+  ``Build``, ``Ctx``, ``ChunkIter``, ``Opener``, ``Chunk``, ``aclosing``, the
+  cardinalities and chunk sizes;
 - the error policy (``_core/policy.py``): ``call``, ``each``, ``each_into``, ``read_one``,
   ``NOTHING``;
 - argument checks (``_core/check.py``): ``check_int``, ``check_concurrency``,
   ``check_executor``, ``is_int``, ``fn_name``;
-- resume rules (``_state/``): ``one_to_one``, ``counting``, ``per_batch``, ``skipping``,
-  ``taking``, ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``UNORDERED``
-  and the logs (``ChunkLog``, ``ElementLog``, ``CycleLog``, ``ShuffleLog``, ...).
+- resuming (``_state/``): ``Resume``, the run's one resume object (``ctx.run.resume``;
+  a node asks it through ``ctx.resume``, the state it starts from, and ``ctx.seeker``);
+  the rules ``one_to_one``, ``counting``, ``per_batch``, ``skipping``, ``taking``,
+  ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``Logged``,
+  ``UNORDERED``, ``shuffle_check`` and the logs (``ChunkLog``, ``ElementLog``,
+  ``CycleLog``, ``ShuffleLog``, ...).
 
 Example:
     >>> from aioflow.ops import kit
@@ -25,11 +29,13 @@ from aioflow._core.run import (
     CHANNEL_ITEMS,
     CHUNK_MAX,
     INFINITE_CARD,
+    NO_HINTS,
     UNKNOWN_CARD,
     Build,
     Chunk,
     ChunkIter,
     Ctx,
+    Hints,
     Node,
     Opener,
     Run,
@@ -46,11 +52,14 @@ from aioflow._state.logs import (
     chunkwise,
     counted_source,
     frozen,
+    shuffle_check,
     thaw,
 )
+from aioflow._state.resume import Resume
 from aioflow._state.state import (
     LOGGED,
     UNORDERED,
+    Logged,
     Refuse,
     Seek,
     call_resume,
@@ -65,8 +74,9 @@ from aioflow._state.state import (
 __all__ = [
     "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
     "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
-    "ElementLog", "Node", "Opener", "Refuse", "Run", "Seek", "ShuffleLog", "aclosing", "call",
-    "call_resume", "check_concurrency", "check_executor", "check_int", "chunkwise",
-    "counted_source", "counting", "each", "each_into", "fn_name", "frozen", "graph_nodes", "is_int",
-    "items_of", "one_to_one", "per_batch", "read_one", "resumed", "skipping", "taking", "thaw",
+    "ElementLog", "Hints", "Logged", "NO_HINTS", "Node", "Opener", "Refuse", "Resume", "Run",
+    "Seek", "ShuffleLog", "aclosing", "call", "call_resume", "check_concurrency",
+    "check_executor", "check_int", "chunkwise", "counted_source", "counting", "each",
+    "each_into", "fn_name", "frozen", "graph_nodes", "is_int", "items_of", "one_to_one",
+    "per_batch", "read_one", "resumed", "shuffle_check", "skipping", "taking", "thaw",
 ]  # fmt: skip

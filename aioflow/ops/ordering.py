@@ -23,12 +23,14 @@ from aioflow.ops.kit import (
     LOGGED,
     ChunkIter,
     Ctx,
+    Logged,
     Node,
     Opener,
     Refuse,
     ShuffleLog,
     aclosing,
     check_int,
+    shuffle_check,
 )
 from aioflow.ops.ordering_spill import external_sort
 from aioflow.ops.ordering_stream import BufferSort, Groups
@@ -179,7 +181,7 @@ def shuffle_node(
         inputs=(up,),
         holds=buffer_size,
         key=(buffer_size, seed, reshuffle_each_iteration),
-        resume=LOGGED,
+        resume=Logged(shuffle_check(buffer_size)),
     )
 
 

@@ -21,6 +21,7 @@ from aioflow.ops.kit import (
     UNKNOWN_CARD,
     ChunkIter,
     Ctx,
+    Hints,
     Node,
     Opener,
     aclosing,
@@ -179,11 +180,10 @@ def prefetch_node(up: Pipeline[Any], n: int) -> Node | None:
         lambda ctx, inputs: prefetch(inputs[0]()),
         inputs=(up,),
         task=True,
-        chunks=1 if auto else size,
-        items=most,
-        grow_to=size if auto else 0,
-        buffer=not auto,
         key=(n,),
+        hints=Hints(
+            chunks=1 if auto else size, items=most, grow_to=size if auto else 0, buffer=not auto
+        ),
         resume=one_to_one,
     )
 

@@ -24,6 +24,7 @@ from aioflow.ops.kit import (
     UNKNOWN_CARD,
     ChunkIter,
     Ctx,
+    Hints,
     Node,
     Opener,
     Seek,
@@ -140,7 +141,7 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
             task=True,
             key=key,
             resume=COUNTED,
-            splits=RangeSplits(r, range),
+            hints=Hints(splits=RangeSplits(r, range)),
         )
     )
 
@@ -239,9 +240,10 @@ def index_source(
     base_seed = seed
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        pos = Position.resumed(ctx.resume, n, (num, idx), base_seed, explicit, ctx.name)
+        epoch = ctx.open_index if shuffle else None
+        pos = Position.resumed(ctx.resume, n, (num, idx), base_seed, explicit, ctx.name, epoch)
         ctx.seeker(pos.after)
-        return sync_chunks(pos.items(read, ctx.open_index if shuffle else None), ctx)
+        return sync_chunks(pos.items(read, epoch), ctx)
 
     card = len(builtins.range(idx, n, num))
     key = (type(seq).__name__, n, shuffle)
@@ -249,7 +251,15 @@ def index_source(
     part = _IndexPart(seq, n, (num, idx), base_seed, shuffle, name)
     splits = IndexSplits(card, part)
     return pipeline_of(
-        Node(name, build, card=lambda _: card, task=True, key=key, resume=start, splits=splits)
+        Node(
+            name,
+            build,
+            card=lambda _: card,
+            task=True,
+            key=key,
+            resume=start,
+            hints=Hints(splits=splits),
+        )
     )
 
 

@@ -6,9 +6,11 @@ of the run before. Rank ``i`` of ``k`` reads its virtual positions ``i, i + k, .
 a position ``p`` reads ``seq[perm(p)]`` (``perm`` is the epoch's ``Permutation``, or the
 identity without shuffle). The state of the source is::
 
-    {"n": 1000, "seed": 12, "shard": [k, i], "ranges": [[a, b], ...] | null, "next": t}
+    {"n": 1000, "seed": 12, "shard": [k, i], "ranges": [[a, b], ...] | null, "next": t,
+     "epoch": e | null}
 
-(``next``: how many of its positions this rank has read). Its size is constant, except
+(``next``: how many of its positions this rank has read; ``epoch``: the open index its
+permutation was drawn for, null without shuffle or before it opened). Its size is constant, except
 after an elastic resume, where ``ranges`` holds a few intervals per rank.
 """
 
@@ -37,21 +39,33 @@ class Position:
     shard: tuple[int, int]
     ranges: list[tuple[int, int]] | None
     start: int  # of this run: the ``next`` it resumed from
+    epoch: int | None = None  # the open index its permutation is drawn for (None: no shuffle)
 
     @classmethod
     def resumed(
-        cls, st: Any, n: int, shard: tuple[int, int], seed: int, explicit: bool, stage: str
+        cls,
+        st: Any,
+        n: int,
+        shard: tuple[int, int],
+        seed: int,
+        explicit: bool,
+        stage: str,
+        epoch: int | None = None,
     ) -> Position:
         """The position of a fresh run (``st`` None) or the one saved in state ``st``."""
         if st is None:
-            return cls(n, seed, shard, None, 0)
+            return cls(n, seed, shard, None, 0, epoch)
         try:
             saved = (int(st["shard"][0]), int(st["shard"][1]))
             ranges = st["ranges"]
             ranges = None if ranges is None else [(int(a), int(b)) for a, b in ranges]
-            start, st_seed = int(st["next"]), int(st["seed"])
+            start, st_seed, st_epoch = int(st["next"]), int(st["seed"]), st["epoch"]
         except (KeyError, TypeError, ValueError, IndexError):
             raise StateMismatch(f"{stage}: bad state {st!r:.200}") from None
+        if st.get("n") != n:
+            raise StateMismatch(
+                f"{stage}: the state was taken of {st.get('n')!r:.50} items, not {n}"
+            )
         if saved != shard:
             raise StateMismatch(
                 f"{stage}: the state was taken on shard {saved[1]} of {saved[0]}, this is"
@@ -60,10 +74,16 @@ class Position:
             )
         if explicit and st_seed != seed:
             raise StateMismatch(f"{stage}: the state was taken with seed {st_seed}, not {seed}")
+        if st_epoch != epoch and not (st_epoch is None and start == 0):
+            raise StateMismatch(
+                f"{stage}: the state was taken in epoch {st_epoch}, this run opens it in"
+                f" epoch {epoch} (its open index)"
+            )
         bad = start < 0 or (ranges is not None and any(not 0 <= a <= b <= n for a, b in ranges))
-        if bad:
+        pos = cls(n, st_seed, shard, ranges, start, epoch)
+        if bad or start > len(range(shard[1], pos.length(), shard[0])):
             raise StateMismatch(f"{stage}: state out of range for {n} items: {st!r:.200}")
-        return cls(n, st_seed, shard, ranges, start)
+        return pos
 
     def length(self) -> int:
         """Positions in the virtual sequence."""
@@ -72,13 +92,15 @@ class Position:
     def after(self, k: int) -> dict[str, Any]:
         """The state after this run read ``k`` items."""
         ranges = None if self.ranges is None else [list(r) for r in self.ranges]
-        nxt = self.start + k
+        num, idx = self.shard
+        nxt = min(self.start + k, len(range(idx, self.length(), num)))
         return {
             "n": self.n,
             "seed": self.seed,
             "shard": list(self.shard),
             "ranges": ranges,
             "next": nxt,
+            "epoch": self.epoch,
         }
 
     def _actual(self, v: np.ndarray) -> np.ndarray:

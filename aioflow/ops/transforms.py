@@ -29,6 +29,7 @@ from aioflow.ops.kit import (
     ChunkLog,
     Ctx,
     ElementLog,
+    Hints,
     Node,
     Opener,
     aclosing,
@@ -71,7 +72,7 @@ def map_node(
     A sync ``fn`` with no knobs runs inline in the stage before it; an async one
     with none runs as calls on the loop, in that stage too; any knob gives the stage a
     task of its own, with ``slots`` calls in flight. A process map without ``timeout``
-    can be made again for the ``batch(n)`` after it (``Node.columns``): ``columns=n``
+    can be made again for the ``batch(n)`` after it (``Node.hints.columns``): ``columns=n``
     sends its workers tasks within one batch, stacked there (``_process/columns``), with
     the pool of ``owner`` (the user's map), so that the pool stays warm however often the
     batch after it is rebuilt.
@@ -124,9 +125,11 @@ def map_node(
         holds=2 * slots * max(1, columns) + columns + CHUNK_MAX,
         key=(fn, concurrency, executor if isinstance(executor, str) else None, ordered),
         resume=resume,
-        pool=(fn, slots, timeout, ordered) if executor == "process" else None,
-        columns=stackable if stacks else None,
-        pool_owner=owner,
+        hints=Hints(
+            pool=(fn, slots, timeout, ordered) if executor == "process" else None,
+            columns=stackable if stacks else None,
+            pool_owner=owner,
+        ),
     )
 
 
