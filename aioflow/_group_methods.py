@@ -342,7 +342,9 @@ class GroupMethods(PipelineBase, Generic[T]):
         splits are made again elsewhere; the items of a split arrive only once it is
         done). Consumers, one per training rank, share each epoch's splits: consumer
         ``consumer_index`` of ``num_consumers`` (both default from
-        ``af.shard_from_env()``) gets a disjoint share. A Dask task takes as many
+        ``af.shard_from_env()``) gets a disjoint share of each epoch they all name
+        (``p.iter(epoch=e)``; with several consumers a second run without ``epoch=``
+        raises ``PipelineError``). A Dask task takes as many
         splits as make ~0.2 s of work; its items arrive together, in completion order of
         the tasks, and a ``batch`` before ``distribute`` batches within a task. This
         consumer keeps two tasks per worker thread of the cluster (shared among the

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aioflow._core.channel import Channel, ThreadChannel
 from aioflow._core.engine import Engine
-from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk, number_nodes
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
 from aioflow._state.held import watermark_at
 from aioflow._state.state import check_state, make_state, next_opens, refuse_inexact, take_nodes
-from aioflow.errors import NextTimeout, PipelineError
+from aioflow.errors import NextTimeout, PipelineError, StateMismatch
 from aioflow.stats import RunStats
 
 if TYPE_CHECKING:
@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = ["AsyncPipelineIterator", "PipelineIterator"]
+
+
+def _check_epoch(epoch: int | None) -> int | None:
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+        raise PipelineError(f"epoch must be None or an int >= 0, got {epoch!r}")
+    return epoch
 
 
 def _check_timeout(timeout: float | None) -> float | None:
@@ -53,17 +59,31 @@ class _Resumable:
     _skip: int
     _base: int
     _opens: dict[int, int] | None
+    _epoch: int | None
     _nodes: dict[int, Any] | None
 
-    def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
+    def _init_state(
+        self, pipeline: Pipeline[Any], state: dict[str, Any] | None, epoch: int | None = None
+    ) -> None:
         self._pipeline = pipeline
         self._count = self._skip = self._base = 0
         self._opens = self._nodes = None
+        self._epoch = _check_epoch(epoch)
         if state is not None:
             self._count, self._opens, self._nodes = check_state(pipeline, state)
+            taken = state.get("epoch")
+            if taken is None:  # a run without epoch=: its sink's open index was its epoch
+                taken = self._opens.get(0) if epoch is not None else None
+            if epoch is not None and taken != epoch:
+                raise StateMismatch(
+                    f"the state was taken in epoch {taken!r} (p.iter(epoch=...)), not {epoch}"
+                )
+            self._epoch = taken
             # seeking: the run starts where the state was taken; replaying: it skips
             self._base = self._count if self._nodes is not None else 0
             self._skip = 0 if self._nodes is not None else self._count
+        elif epoch is not None:  # every node opens as in the epoch-th run: seeds agree
+            self._opens = dict.fromkeys(number_nodes(pipeline).values(), epoch)
 
     def _new_run(self) -> Run:
         return Run(self._pipeline, self._opens, self._nodes)
@@ -115,10 +135,12 @@ class _Resumable:
             else:
                 nodes = take_nodes(self._pipeline, None, self._count)
             opens = self._opens if self._opens is not None else next_opens(self._pipeline)
-            return make_state(self._pipeline, self._count, opens, nodes)
+            return make_state(self._pipeline, self._count, opens, nodes, self._epoch)
         opens = dict(run.first_open)
         nodes = take_nodes(self._pipeline, run, self._count - self._base, opens)
-        return make_state(self._pipeline, self._count, opens if nodes else run.first_open, nodes)
+        return make_state(
+            self._pipeline, self._count, opens if nodes else run.first_open, nodes, self._epoch
+        )
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):
@@ -139,8 +161,9 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
         *,
         state: dict[str, Any] | None = None,
         timeout: float | None = None,
+        epoch: int | None = None,
     ) -> None:
-        self._init_state(pipeline, state)
+        self._init_state(pipeline, state, epoch)
         self._timeout = _check_timeout(timeout)
         self._buf: Chunk = []
         self._i = 0
@@ -276,8 +299,9 @@ class PipelineIterator(_Resumable, Generic[T]):
         *,
         state: dict[str, Any] | None = None,
         timeout: float | None = None,
+        epoch: int | None = None,
     ) -> None:
-        self._init_state(pipeline, state)
+        self._init_state(pipeline, state, epoch)
         self._timeout = _check_timeout(timeout)
         self._buf: deque[Any] = deque()
         self._engine: Engine | None = None

@@ -70,7 +70,7 @@ def test_from_source_splits_give_each_epochs_order_of_its_shard(shuffle, shard):
     for epoch in range(2):  # the run's own epochs 0 and 1, against the splits of each
         parts = [s.split(epoch, i).to_list() for i in range(s.count(epoch))]
         epochs.append([x for part in parts for x in part])
-        assert epochs[-1] == p.to_list()
+        assert epochs[-1] == list(p.iter(epoch=epoch))
     assert (epochs[0] != epochs[1]) == shuffle
 
 

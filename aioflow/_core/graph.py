@@ -13,6 +13,8 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aioflow.errors import PipelineError
+
 if TYPE_CHECKING:
     from aioflow._core.ctx import Ctx
 
@@ -32,6 +34,7 @@ __all__ = [
     "Opener",
     "graph_nodes",
     "number_nodes",
+    "unagreed",
 ]
 
 Chunk = list[Any]
@@ -130,6 +133,10 @@ class Node:
     columns: Callable[[int, Node], Node] | None = field(default=None, compare=False)
     # that variant's user map: its pool is the map's, kept warm on the map's node
     pool_owner: Node | None = field(default=None, compare=False)
+    # its order is one permutation split over ranks (a sharded shuffled from_source, a
+    # distribute over several consumers): every rank must run the same epoch, so a run
+    # after its first needs an agreed one (``p.iter(epoch=)`` or a state), see Run
+    ranked: bool = False
 
 
 def graph_nodes(root: Described) -> list[Node]:
@@ -151,3 +158,14 @@ def graph_nodes(root: Described) -> list[Node]:
 def number_nodes(root: Described) -> dict[int, int]:
     """Number the nodes of a graph (by ``id``) in ``graph_nodes``' order."""
     return {id(node): i for i, node in enumerate(graph_nodes(root))}
+
+
+def unagreed(node: Node, runs: int) -> PipelineError:
+    """A ``Node.ranked`` node run again without an agreed epoch (see docs/checkpointing.md)."""
+    return PipelineError(
+        f"{node.name}: a sharded order (shuffle=True with shard=, or distribute over several"
+        f" consumers) run again ({runs} run(s) before) without an epoch: counting runs, a rank"
+        " that iterated once more (a peek, a sibling pipeline) would read another permutation"
+        " than the others. Name it, the same on every rank: `with p.iter(epoch=e) as it:`"
+        " (DistributedSampler.set_epoch(e)), or resume from a state"
+    )

@@ -42,6 +42,7 @@ from aioflow._core.graph import (
     Opener,
     graph_nodes,
     number_nodes,
+    unagreed,
 )
 from aioflow._core.stages import LaneCell, items_of, metered, pump, take_lane
 from aioflow._core.tasks import aclosing, cancel_and_wait, cancelling, keep_task, retrieve
@@ -218,6 +219,8 @@ class Run:
             base = fresh
             if self.resume_opens is not None:
                 base = self.resume_opens.get(idx, fresh)
+            elif node.ranked and fresh > 0:
+                raise unagreed(node, fresh)
             self.first_open[idx] = base
         return self.first_open[idx] + k
 

@@ -7,6 +7,7 @@ A state is plain data (``json`` and ``pickle`` store it)::
      "stages": ["<hash of stage 0>", ...],    # to name the stage that differs
      "position": 9000,                         # items yielded in this epoch so far
      "opens": {"0": 0, ...},                   # each node's open_index (per-epoch seeds)
+     "epoch": 3 | null,                        # the epoch the run was given (p.iter(epoch=))
      "nodes": {"0": null, "1": {...}} | null}  # per-node states, when seekable
 
 **Seeking** (``nodes`` present). The per-node protocol is ``Node.resume``:
@@ -139,7 +140,11 @@ def _describe(v: Any) -> str:
 
 
 def make_state(
-    pipeline: Described, position: int, opens: dict[int, int], nodes: dict[str, Any] | None
+    pipeline: Described,
+    position: int,
+    opens: dict[int, int],
+    nodes: dict[str, Any] | None,
+    epoch: int | None = None,
 ) -> dict[str, Any]:
     return {
         "aioflow_state": STATE_VERSION,
@@ -148,6 +153,7 @@ def make_state(
         "position": position,
         # per node (numbered in the graph): its open_index in this run, for per-epoch seeds
         "opens": {str(k): v for k, v in sorted(opens.items())},
+        "epoch": epoch,  # the run's p.iter(epoch=), or None
         "nodes": nodes,
     }
 
@@ -192,6 +198,8 @@ def check_state(
         raise StateMismatch(f"bad open indexes in state: {raw!r:.200}") from None
     for v in opens.values():
         _count("open index", v)
+    if state.get("epoch") is not None:
+        _count("epoch", state["epoch"])
     nodes = state.get("nodes")
     if nodes is None:
         return pos, opens, None

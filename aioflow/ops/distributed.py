@@ -391,4 +391,5 @@ def build_distribute(
         card=lambda _: UNKNOWN_CARD,
         task=True,
         key=(n, i, max_outstanding),
+        ranked=n > 1,
     )

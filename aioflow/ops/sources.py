@@ -196,7 +196,11 @@ def from_source(
     so that all ranks share the permutation; a state keeps the seed it was drawn with).
     ``shard=(num_shards, index)`` or ``"env"`` (``af.shard_from_env()``) keeps every
     ``num_shards``-th position of the permutation from ``index``: ranks get disjoint
-    slices that cover it, differing in length by at most one.
+    slices that cover it, differing in length by at most one, as long as they run the
+    same epoch: name it with ``p.iter(epoch=e)`` (``DistributedSampler.set_epoch``), the
+    same on every rank. Sharded and shuffled, a second run without ``epoch=`` (or a
+    state) raises ``PipelineError``: counting runs, a rank that peeked would read another
+    permutation (see docs/checkpointing.md).
 
     A state (``it.state_dict()``) holds the position; resuming seeks there, at the cost
     of one chunk whatever the position, and ``af.merge_states`` re-splits the states of
@@ -214,6 +218,10 @@ def from_source(
         ('abcdefghij', True)
         >>> af.from_source("abcdefghij", shard=(3, 1)).to_list()
         ['b', 'e', 'h']
+        >>> ranks = [af.from_source("abcdefghij", shuffle=True, shard=(2, r)) for r in (0, 1)]
+        >>> with ranks[0].iter(epoch=1) as a, ranks[1].iter(epoch=1) as b:
+        ...     "".join(sorted(list(a) + list(b)))
+        'abcdefghij'
     """
     return index_source(seq, shuffle, seed, shard, "from_source")
 
@@ -249,7 +257,16 @@ def index_source(
     part = _IndexPart(seq, n, (num, idx), base_seed, shuffle, name)
     splits = IndexSplits(card, part)
     return pipeline_of(
-        Node(name, build, card=lambda _: card, task=True, key=key, resume=start, splits=splits)
+        Node(
+            name,
+            build,
+            card=lambda _: card,
+            task=True,
+            key=key,
+            resume=start,
+            splits=splits,
+            ranked=shuffle and num > 1,
+        )
     )
 
 
