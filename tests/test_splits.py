@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 import aioflow as af
 from aioflow._state.splits import IndexSplits, range_split_size
-from aioflow.ops.distributed import TASK_SECONDS, _leaf, _Sizer, job_of, run_split
+from aioflow.ops.distributed import _leaf, job_of, run_split
+from aioflow.ops.distributed_tasks import TASK_SECONDS
+from aioflow.ops.distributed_tasks import Sizer as _Sizer
 
 
 def splits_of(p: af.Pipeline) -> object:
