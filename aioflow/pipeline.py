@@ -34,7 +34,10 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
     """A lazy, immutable, re-iterable description of a stream of items.
 
     Iterate it with ``for`` (a sync adapter runs it on a background event loop) or
-    ``async for`` (it runs on the caller's loop); each iteration is a new epoch.
+    ``async for`` (it runs on the caller's loop); each iteration is a fresh run (an
+    epoch) with its own tasks, queues and stats, named by ``p.iter(epoch=e)`` or else
+    counted; a process map's worker pool belongs to the pipeline and stays warm from one
+    epoch to the next until ``p.close()`` (see ``close``).
 
     Example:
         >>> import aioflow as af
