@@ -127,6 +127,18 @@ def test_two_consumers_share_an_epoch_in_disjoint_batches_that_cover_it(client):
     assert sorted(x for g in got for b in g for x in b) == list(range(2000))
 
 
+def test_two_consumers_name_their_epochs_and_a_second_unnamed_run_is_refused(client):
+    """Issue 27 (2): consumer i takes the splits of its run's epoch; counted per process, a
+    consumer that peeked would take those of another epoch than the others."""
+    ps = [af.range(640).distribute(client, num_consumers=2, consumer_index=i) for i in (0, 1)]
+    assert ps[0].to_list()  # the first run: epoch 0 on every consumer
+    with pytest.raises(af.PipelineError, match="epoch="):
+        ps[0].to_list()
+    parts = [list(p.iter(epoch=1)) for p in ps]
+    assert not set(parts[0]) & set(parts[1])
+    assert sorted(parts[0] + parts[1]) == list(range(640))
+
+
 def test_consumer_index_and_count_default_from_the_launcher_environment(client, monkeypatch):
     parts = []
     for rank in range(3):
