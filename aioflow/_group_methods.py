@@ -342,14 +342,20 @@ class GroupMethods(PipelineBase, Generic[T]):
         splits are made again elsewhere; the items of a split arrive only once it is
         done). Consumers, one per training rank, share each epoch's splits: consumer
         ``consumer_index`` of ``num_consumers`` (both default from
-        ``af.shard_from_env()``) gets a disjoint share. A Dask task takes as many
+        ``af.shard_from_env()``) gets a disjoint share of each epoch they all name
+        (``p.iter(epoch=e)``; with several consumers a second run without ``epoch=``
+        raises ``PipelineError``). A Dask task takes as many
         splits as make ~0.2 s of work; its items arrive together, in completion order of
         the tasks, and a ``batch`` before ``distribute`` batches within a task. This
         consumer keeps two tasks per worker thread of the cluster (shared among the
-        consumers) being made or waiting; ``max_outstanding`` also bounds the elements
-        (batches, if the part before batches) in those tasks, for a slow consumer's
-        memory (a split is the least a task takes: with more elements than
-        ``max_outstanding``, one split at a time). See ``docs/distributed.md``.
+        consumers) being made or waiting. ``max_outstanding=M`` bounds what is made
+        ahead of a stalled consumer for its memory: M elements (batches, if the part
+        before batches) on the cluster or read and not yet handed on, plus at most 12
+        chunks of ``max(1, M // 64)`` elements on their way to a ``for`` loop (so
+        ``M + 12`` below 128); a range or ``from_source`` is cut into splits small enough
+        for it (a file of ``list_files`` stays one split, the least a task makes; so do
+        the items a ``flat_map`` makes of one). A small M means small tasks, one round
+        trip each. See ``docs/distributed.md``.
 
         Example:
             >>> import aioflow as af, distributed

@@ -73,10 +73,13 @@ class ItemMethods(PipelineBase, Generic[T]):
 
         ``fn`` may be sync or ``async``. With ``executor=None`` a sync ``fn`` runs inline
         on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` runs it
-        in a pool the run owns, ``"process"`` in ``concurrency`` worker processes that
-        stay warm across this pipeline's runs until ``close()`` (``fn`` is shipped by
-        value; workers never run your ``__main__``), and any
-        ``concurrent.futures.Executor`` (the caller's, kept open) works too.
+        in a pool the run owns, ``"process"`` in ``concurrency`` worker processes the
+        pipeline owns: warm from one epoch to the next (DataLoader's
+        ``persistent_workers``) until ``p.close()``, leaving ``with p:``, ``p`` becoming
+        unreachable or interpreter exit (``fn`` is shipped by value; workers never run
+        your ``__main__``). Any ``concurrent.futures.Executor`` instance works too (a
+        Dask ``client.get_executor()`` included): it belongs to the caller, who keeps
+        it warm across epochs and closes it (aioflow never shuts it down).
         ``ordered=False`` yields results in completion order. ``on_error`` is
         ``"raise"``, ``"skip"`` or an int max_failures; ``timeout`` bounds one call.
         Memory: at most ``concurrency`` calls in flight. On cancellation every call in

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aioflow._core.channel import Channel, ThreadChannel
 from aioflow._core.engine import Engine
-from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk, number_nodes
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
 from aioflow._state.held import watermark_at
 from aioflow._state.resume import Resume
 from aioflow._state.state import make_state, next_opens, refuse_inexact, take_nodes
-from aioflow.errors import NextTimeout, PipelineError
+from aioflow.errors import NextTimeout, PipelineError, StateMismatch
 from aioflow.stats import RunStats
 
 if TYPE_CHECKING:
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = ["AsyncPipelineIterator", "PipelineIterator"]
+
+
+def _check_epoch(epoch: int | None) -> int | None:
+    if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0):
+        raise PipelineError(f"epoch must be None or an int >= 0, got {epoch!r}")
+    return epoch
 
 
 def _check_timeout(timeout: float | None) -> float | None:
@@ -55,9 +61,27 @@ class _Resumable:
     _skip: int
     _base: int
 
-    def _init_state(self, pipeline: Pipeline[Any], state: dict[str, Any] | None) -> None:
+    def _init_state(
+        self, pipeline: Pipeline[Any], state: dict[str, Any] | None, epoch: int | None = None
+    ) -> None:
         self._pipeline = pipeline
-        r = self._resume = Resume(pipeline) if state is None else Resume.of(pipeline, state)
+        epoch = _check_epoch(epoch)
+        if state is not None:
+            r = Resume.of(pipeline, state)
+            taken = r.epoch
+            if taken is None and epoch is not None:  # a run without epoch=: its sink's index
+                taken = (r.opens or {}).get(0)
+            if epoch is not None and taken != epoch:
+                raise StateMismatch(
+                    f"the state was taken in epoch {taken!r} (p.iter(epoch=...)), not {epoch}"
+                )
+            r.epoch = taken
+        elif epoch is not None:  # every node opens as in the epoch-th run: seeds agree
+            r = Resume(pipeline, opens=dict.fromkeys(number_nodes(pipeline).values(), epoch))
+            r.epoch = epoch
+        else:
+            r = Resume(pipeline)
+        self._resume = r
         self._count = r.position
         # seeking: the run starts where the state was taken; replaying: it skips
         self._base = r.position if r.seeking else 0
@@ -118,13 +142,13 @@ class _Resumable:
             else:
                 nodes = take_nodes(self._pipeline, None, self._count)
             opens = r.opens if r.opens is not None else next_opens(self._pipeline)
-            return make_state(self._pipeline, self._count, opens, nodes, r.origin)
+            return make_state(self._pipeline, self._count, opens, nodes, r.origin, r.epoch)
         # a fresh or replayed run's first openings are where its position 0 was; a run
         # resumed by seeking learns that from its state (a replay must start there)
         origin = r.origin if r.origin is not None else dict(r.first_open)
         opens = dict(r.first_open)
         nodes = take_nodes(self._pipeline, run.resume, self._count - self._base, opens)
-        return make_state(self._pipeline, self._count, opens, nodes, origin)
+        return make_state(self._pipeline, self._count, opens, nodes, origin, r.epoch)
 
 
 class AsyncPipelineIterator(_Resumable, Generic[T]):
@@ -145,8 +169,9 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
         *,
         state: dict[str, Any] | None = None,
         timeout: float | None = None,
+        epoch: int | None = None,
     ) -> None:
-        self._init_state(pipeline, state)
+        self._init_state(pipeline, state, epoch)
         self._timeout = _check_timeout(timeout)
         self._buf: Chunk = []
         self._i = 0
@@ -282,8 +307,9 @@ class PipelineIterator(_Resumable, Generic[T]):
         *,
         state: dict[str, Any] | None = None,
         timeout: float | None = None,
+        epoch: int | None = None,
     ) -> None:
-        self._init_state(pipeline, state)
+        self._init_state(pipeline, state, epoch)
         self._timeout = _check_timeout(timeout)
         self._buf: deque[Any] = deque()
         self._engine: Engine | None = None

@@ -35,6 +35,8 @@ class StatefulLoader(Generic[T]):
     Each ``iter()`` is an epoch of ``p`` (or the rest of one after ``load_state_dict``).
     ``state_dict()`` is plain data (JSON-safe) for after the last item handed out; the
     state of a finished epoch resumes as a fresh epoch, as ``StatefulDataLoader`` does.
+    ``set_epoch(e)`` names the epoch the next ``iter()`` runs (``p.iter(epoch=e)``), as
+    ``DistributedSampler.set_epoch``: needed from the second epoch of a sharded shuffle.
 
     Example:
         >>> import aioflow as af
@@ -53,12 +55,25 @@ class StatefulLoader(Generic[T]):
         self._it: PipelineIterator[T] | None = None
         self._loaded: dict[str, Any] | None = None
         self._finished = False
+        self._epoch: int | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next ``iter()`` runs, the same on every rank (see ``Pipeline.iter``).
+
+        Example:
+            >>> import aioflow as af
+            >>> loader = af.StatefulLoader(af.from_source(range(4), shuffle=True, seed=0))
+            >>> loader.set_epoch(3)
+            >>> list(loader) == list(af.from_source(range(4), shuffle=True, seed=0).iter(epoch=3))
+            True
+        """
+        self._epoch = epoch
 
     def __iter__(self) -> Iterator[T]:
         if self._it is not None:
             self._it.close()
         state, self._loaded = self._loaded, None
-        it = self._it = self.pipeline.iter(state=state)
+        it = self._it = self.pipeline.iter(state=state, epoch=self._epoch)
         self._finished = False
         return self._items(it)
 

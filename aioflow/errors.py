@@ -67,8 +67,9 @@ class PipelineError(AioflowError, ValueError):
     """Raised when a pipeline is built or used wrongly: a bad argument, a bad state.
 
     Raised by the method or function that was given the bad argument, at the time the
-    pipeline is described when that can be checked, else when the run reaches it. It is
-    also a ``ValueError`` so code written for tf.data or torch catches it.
+    pipeline is described when that can be checked, else when the run reaches it (e.g. a
+    sharded shuffle run a second time without ``p.iter(epoch=)``). It is also a
+    ``ValueError`` so code written for tf.data or torch catches it.
     """
 
 
@@ -189,7 +190,8 @@ class NextTimeout(AioflowError, TimeoutError):
 
 
 class StateMismatch(AioflowError, ValueError):
-    """Raised by ``p.iter(state=...)`` when the state was taken from another pipeline."""
+    """Raised by ``p.iter(state=...)`` when the state was taken from another pipeline,
+    another shard or seed, or another epoch than ``epoch=`` names."""
 
 
 def short_repr(x: Any, limit: int = 80) -> str:

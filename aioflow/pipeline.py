@@ -34,7 +34,10 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
     """A lazy, immutable, re-iterable description of a stream of items.
 
     Iterate it with ``for`` (a sync adapter runs it on a background event loop) or
-    ``async for`` (it runs on the caller's loop); each iteration is a new epoch.
+    ``async for`` (it runs on the caller's loop); each iteration is a fresh run (an
+    epoch) with its own tasks, queues and stats, named by ``p.iter(epoch=e)`` or else
+    counted; a process map's worker pool belongs to the pipeline and stays warm from one
+    epoch to the next until ``p.close()`` (see ``close``).
 
     Example:
         >>> import aioflow as af
@@ -55,25 +58,49 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
 
     # -- running ------------------------------------------------------------------------
     def iter(
-        self, state: dict[str, Any] | None = None, timeout: float | None = None
+        self,
+        state: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        *,
+        epoch: int | None = None,
     ) -> PipelineIterator[T]:
         """A sync iterator over a new run; ``with p.iter() as it:`` closes it for sure.
 
         ``state`` (from ``it.state_dict()``) resumes after the items already yielded;
         ``timeout`` bounds the wait for each item (``af.NextTimeout``, a TimeoutError).
+        ``epoch`` names the run's epoch (an int >= 0; torch's ``set_epoch``): every
+        per-epoch seed (``shuffle``, ``from_source(shuffle=True)``, ``sample_from``...)
+        derives from it, so the run is the same whatever ran before, on every rank.
+        Without it, runs count: the ``e``-th run of ``p`` is epoch ``e``. A sharded
+        shuffle (``from_source(shuffle=True, shard=...)``) run again without an epoch
+        raises ``PipelineError``: its ranks would disagree as soon as one iterated once
+        more. A state keeps its epoch; ``epoch=`` with a ``state`` must be the same.
 
         Example:
             >>> import aioflow as af
             >>> with af.range(3).iter() as it:
             ...     next(it), it.stats()["range"].items_out
             (0, 3)
+            >>> rank0 = af.from_source(range(6), shuffle=True, shard=(2, 0))
+            >>> rank1 = af.from_source(range(6), shuffle=True, shard=(2, 1))
+            >>> for epoch in range(2):
+            ...     with rank0.iter(epoch=epoch) as a, rank1.iter(epoch=epoch) as b:
+            ...         sorted(list(a) + list(b))
+            [0, 1, 2, 3, 4, 5]
+            [0, 1, 2, 3, 4, 5]
         """
-        return PipelineIterator(self, state=state, timeout=timeout)
+        return PipelineIterator(self, state=state, timeout=timeout, epoch=epoch)
 
     def aiter(
-        self, state: dict[str, Any] | None = None, timeout: float | None = None
+        self,
+        state: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        *,
+        epoch: int | None = None,
     ) -> AsyncPipelineIterator[T]:
         """An async iterator over a new run; ``async with p.aiter() as it:`` closes it.
+
+        ``state``, ``timeout`` and ``epoch`` as in ``iter``.
 
         Example:
             >>> import asyncio, aioflow as af
@@ -83,7 +110,7 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
             >>> asyncio.run(first())
             0
         """
-        return AsyncPipelineIterator(self, state=state, timeout=timeout)
+        return AsyncPipelineIterator(self, state=state, timeout=timeout, epoch=epoch)
 
     def __iter__(self) -> Iterator[T]:
         # a generator, so that `break` (the generator is dropped) closes the run at once

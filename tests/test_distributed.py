@@ -26,7 +26,7 @@ WORKER = textwrap.dedent(
     out = {"env": af.shard_from_env()}
     out["range"] = af.range(N).shard(*af.shard_from_env()).to_list()
     p = af.from_torch_dataset(list(range(N)), shuffle=True, shard="env")
-    out["epochs"] = [p.to_list(), p.to_list()]
+    out["epochs"] = [list(p.iter(epoch=e)) for e in range(2)]
     print(json.dumps(out))
     """
 )

@@ -92,8 +92,8 @@ def test_repeat_reshuffles_every_epoch_of_one_run():
 def test_shards_are_disjoint_and_cover_the_dataset_in_every_epoch():
     data = list(range(23))
     shards = [af.from_torch_dataset(data, shuffle=True, shard=(3, k)) for k in range(3)]
-    for _epoch in range(2):
-        parts = [s.to_list() for s in shards]
+    for epoch in range(2):
+        parts = [list(s.iter(epoch=epoch)) for s in shards]
         assert sorted(x for part in parts for x in part) == data  # none twice, none missing
         assert [len(x) for x in parts] == [8, 8, 7]
     assert [len(s) for s in shards] == [8, 8, 7]
@@ -296,3 +296,24 @@ def test_pin_memory_without_torch_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
     with pytest.raises(PipelineError, match=r"pin_memory\(\) needs torch"):
         af.range(3).pin_memory()
+
+
+@pytest.mark.parametrize("knobs", [{}, {"concurrency": 2, "executor": "thread"}])
+def test_env_shards_of_a_peeked_rank_cover_each_named_epoch_exactly(monkeypatch, knobs):
+    """``shard="env"`` on two ranks in one process; rank 1 peeks at its pipeline first."""
+    data = list(range(101))
+    ranks = []
+    for r in range(2):
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", str(r))
+        ranks.append(af.from_torch_dataset(data, shuffle=True, shard="env", **knobs))
+    with ranks[1].iter() as it:
+        next(it)
+    with pytest.raises(PipelineError, match="epoch="):
+        ranks[1].to_list()  # its epoch would differ from rank 0's: refused, not overlapping
+    for epoch in (0, 1):
+        parts = []
+        for p in ranks:
+            with p.iter(epoch=epoch) as it:
+                parts.append(list(it))
+        assert sorted(parts[0] + parts[1]) == data and not set(parts[0]) & set(parts[1])

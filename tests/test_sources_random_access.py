@@ -144,3 +144,102 @@ def test_an_error_in_getitem_comes_after_the_items_before_it():
         for x in af.from_source(Broken(10)):
             got.append(x)
     assert got == [0, 1, 2]
+
+
+# -- the epoch of a shard: named, never counted from how often someone iterated -----------
+def _epoch(p, epoch):
+    with p.iter(epoch=epoch) as it:
+        return list(it)
+
+
+def _peek(p):
+    with p.iter() as it:  # a throwaway iterator: one look at the first item
+        return next(it)
+
+
+@pytest.mark.parametrize("peek", ["next", "to_list", "sibling"])
+def test_a_rank_that_peeks_still_reads_its_exact_share_of_each_named_epoch(peek):
+    """Two ranks of one job in one process; rank 0 looks at its pipeline first (one
+    ``next()`` on a throwaway iterator, a whole ``to_list()`` to count the items, or a
+    sibling pipeline over the same source node). Both then run the epochs they name:
+    their shards are disjoint and cover the data, in every epoch."""
+    n = 1000
+    srcs = [af.from_source(range(n), shuffle=True, shard=(2, r)) for r in range(2)]
+    ranks = [s.map(int) for s in srcs]
+    if peek == "next":
+        _peek(ranks[0])
+    elif peek == "to_list":
+        assert len(ranks[0].to_list()) == n // 2
+    else:
+        _peek(srcs[0].batch(4))
+    orders = []
+    for epoch in (0, 1, 2):
+        parts = [_epoch(ranks[r], epoch) for r in range(2)]
+        assert not set(parts[0]) & set(parts[1])
+        assert sorted(parts[0] + parts[1]) == list(range(n))
+        orders.append(parts[0])
+    assert orders[0] != orders[1] != orders[2]  # a new permutation each epoch
+
+
+def test_a_named_epoch_is_the_same_run_whatever_ran_before():
+    p = af.from_source(range(50), shuffle=True, seed=3)
+    third = af.from_source(range(50), shuffle=True, seed=3)
+    for _ in range(2):
+        third.to_list()
+    assert _epoch(p, 2) == _epoch(p, 2) == third.to_list()  # epoch e: the e-th run's order
+    assert _epoch(p, 0) != _epoch(p, 1)
+
+
+def test_a_sharded_shuffle_run_again_without_an_epoch_is_refused():
+    """Its permutation would depend on how many times this process iterated it: a rank
+    that peeked would read another permutation than the others (overlap, missed items)."""
+    p = af.from_source(range(10), shuffle=True, shard=(2, 0)).map(abs)
+    assert len(p.to_list()) == 5  # the first run is epoch 0 on every rank
+    with pytest.raises(af.PipelineError, match=r"epoch="):
+        p.to_list()
+    assert len(_epoch(p, 1)) == 5
+    assert len(af.from_source(range(10), shard=(2, 0)).repeat(3).to_list()) == 15
+    rep = af.from_source(range(10), shuffle=True, shard=(2, 0)).repeat(2).to_list()
+    fresh = af.from_source(range(10), shuffle=True, shard=(2, 0))
+    assert rep == _epoch(fresh, 0) + _epoch(fresh, 1)  # one run, its epochs 0 and 1
+
+
+def test_a_state_carries_its_epoch_and_refuses_another():
+    p = af.from_source(range(40), shuffle=True, seed=1, shard=(2, 1))
+    whole = _epoch(p, 3)
+    with p.iter(epoch=3) as it:
+        head = [next(it) for _ in range(7)]
+        state = it.state_dict()
+    assert state["epoch"] == 3
+    q = af.from_source(range(40), shuffle=True, seed=1, shard=(2, 1))
+    with q.iter(state=state) as it:
+        assert head + list(it) == whole
+    with pytest.raises(af.StateMismatch, match="epoch"):
+        q.iter(state=state, epoch=2)
+    with q.iter(state=state, epoch=3) as it:
+        assert head + list(it) == whole
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "0", True])
+def test_a_bad_epoch_is_a_pipeline_error(bad):
+    with pytest.raises(af.PipelineError, match="epoch"):
+        af.range(3).iter(epoch=bad)
+
+
+def test_a_loader_runs_the_epoch_set_on_it():
+    def make():
+        return af.StatefulLoader(af.from_source(range(30), shuffle=True, shard=(2, 0)))
+
+    loader = make()
+    loader.set_epoch(4)
+    it = iter(loader)
+    head = [next(it) for _ in range(5)]
+    sd = loader.state_dict()
+    again = make()
+    again.load_state_dict(sd)
+    again.set_epoch(4)
+    assert head + list(again) == _epoch(af.from_source(range(30), shuffle=True, shard=(2, 0)), 4)
+    again.load_state_dict(sd)
+    again.set_epoch(5)
+    with pytest.raises(af.StateMismatch, match="epoch 4"):
+        list(again)

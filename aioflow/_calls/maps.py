@@ -209,11 +209,16 @@ class ConcurrentMap:
         for j, y in enumerate(ys):
             if type(y) is Failure:
                 assert y.exc is not None
-                if self.policy.skip(y.exc, ctx, pos + j, items[j]):
+                exc = y.exc
+                if isinstance(exc, StopIteration | StopAsyncIteration | asyncio.CancelledError):
+                    # from a worker: an error like any other (it keeps its own cause)
+                    exc = control_flow_error(exc, ctx.name, pos + j, items[j])
+                else:
+                    exc.__cause__ = None
+                if self.policy.skip(exc, ctx, pos + j, items[j]):
                     continue
-                y.exc.__cause__ = None
-                y.exc.__suppress_context__ = True
-                return annotate(y.exc, ctx.name, pos + j, items[j])
+                exc.__suppress_context__ = True
+                return annotate(exc, ctx.name, pos + j, items[j])
             if post is not None:
                 y = post(items[j], y)
                 if y is DROP:

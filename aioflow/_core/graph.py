@@ -13,6 +13,8 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aioflow.errors import PipelineError
+
 if TYPE_CHECKING:
     from aioflow._core.ctx import Ctx
 
@@ -34,6 +36,7 @@ __all__ = [
     "Opener",
     "graph_nodes",
     "number_nodes",
+    "unagreed",
 ]
 
 Chunk = list[Any]
@@ -144,6 +147,10 @@ class Node:
     resume: Any = None  # how its state is taken when resuming: see _state/state.py
     hints: Hints = NO_HINTS
     opens: OpenCount = field(default_factory=lambda: OpenCount(), compare=False)
+    # its order is one permutation split over ranks (a sharded shuffled from_source, a
+    # distribute over several consumers): every rank must run the same epoch, so a run
+    # after its first needs an agreed one (``p.iter(epoch=)`` or a state), see Positions
+    ranked: bool = False
 
 
 def graph_nodes(root: Described) -> list[Node]:
@@ -165,3 +172,14 @@ def graph_nodes(root: Described) -> list[Node]:
 def number_nodes(root: Described) -> dict[int, int]:
     """Number the nodes of a graph (by ``id``) in ``graph_nodes``' order."""
     return {id(node): i for i, node in enumerate(graph_nodes(root))}
+
+
+def unagreed(node: Node, runs: int) -> PipelineError:
+    """A ``Node.ranked`` node run again without an agreed epoch (see docs/checkpointing.md)."""
+    return PipelineError(
+        f"{node.name}: a sharded order (shuffle=True with shard=, or distribute over several"
+        f" consumers) run again ({runs} run(s) before) without an epoch: counting runs, a rank"
+        " that iterated once more (a peek, a sibling pipeline) would read another permutation"
+        " than the others. Name it, the same on every rank: `with p.iter(epoch=e) as it:`"
+        " (DistributedSampler.set_epoch(e)), or resume from a state"
+    )

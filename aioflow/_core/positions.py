@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aioflow._core.graph import Described, Node, number_nodes
+from aioflow._core.graph import Described, Node, number_nodes, unagreed
 
 __all__ = ["Positions"]
 
@@ -60,6 +60,8 @@ class Positions:
         k = self._opened.get(no, 0)
         self._opened[no] = k + 1
         if k == 0:
+            if self.opens is None and node.ranked and fresh > 0:
+                raise unagreed(node, fresh)
             self.first_open[no] = fresh if self.opens is None else self.opens.get(no, fresh)
         return self.first_open[no] + k
 

@@ -141,6 +141,13 @@ def _apply(fn: Callable[[Any], Any] | Failure, x: Any) -> Any:
         return fn(x)  # type: ignore[operator]
     except Exception as e:
         return failure_of(e)
+    except BaseException as e:
+        # a CancelledError the function raised is its failure, sent back (the parent makes
+        # it a StageError); asyncio is imported if it could raise one. Exits stay exits.
+        cancelled = getattr(sys.modules.get("asyncio"), "CancelledError", None)
+        if cancelled is not None and isinstance(e, cancelled):
+            return failure_of(e)
+        raise
 
 
 def _results(

@@ -44,7 +44,10 @@ from aioflow.errors import StateMismatch
 
 __all__ = ["Resume"]
 
-KEYS = ("aioflow_state", "pipeline", "stages", "position", "opens", "origin", "nodes", "counts")
+KEYS = (
+    "aioflow_state", "pipeline", "stages", "position", "opens", "origin", "epoch", "nodes",
+    "counts",
+)  # fmt: skip
 
 
 def _count(what: str, v: Any) -> int:
@@ -119,6 +122,7 @@ class Resume(Positions):
         self.seeking = nodes is not None
         # the open indexes where the epoch's position 0 was (None: this run's first ones)
         self.origin: dict[int, int] | None = None
+        self.epoch: int | None = None  # the epoch the run was given (p.iter(epoch=))
 
     @classmethod
     def of(cls, pipeline: Described, state: Any) -> Resume:
@@ -152,6 +156,9 @@ class Resume(Positions):
         opens = _numbered("open indexes", state["opens"], n)
         if len(opens) != n:
             raise StateMismatch(f"bad state: {len(opens)} open indexes for {n} stages")
+        epoch = state["epoch"]
+        if epoch is not None:
+            _count("epoch", epoch)
         origin = _numbered("origin open indexes", state["origin"], n)
         if len(origin) != n:
             raise StateMismatch(f"bad state: {len(origin)} origin open indexes for {n} stages")
@@ -163,14 +170,14 @@ class Resume(Positions):
             if origin != opens:  # a replaying state resumes where its epoch began
                 raise StateMismatch("bad state: a replaying state's open indexes are its origin")
             res = cls(pipeline, pos, opens)
-            res.origin = origin
+            res.origin, res.epoch = origin, epoch
             return res
         nodes = _numbered("node states", state["nodes"], n)
         counts = _numbered("counts", state["counts"], n)
         for v in counts.values():
             _count("count", v)
         res = cls(pipeline, pos, opens, nodes, counts)
-        res.origin = origin
+        res.origin, res.epoch = origin, epoch
         res._check_nodes(pipeline, cards)
         return res
 

@@ -11,6 +11,7 @@ into sub-ranges and ``list_files`` into single files; a random-access source
 from __future__ import annotations
 
 import builtins
+import copy
 import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -77,6 +78,12 @@ class RangeSplits:
     def count(self, epoch: int) -> int:
         return -(-len(self.r) // self.size)
 
+    def resized(self, most: int) -> RangeSplits:
+        """The same range in splits of at most ``most`` items (``distribute``'s bound)."""
+        out = copy.copy(self)
+        out.size = max(1, min(self.size, most))
+        return out
+
     def split(self, epoch: int, index: int) -> Pipeline[Any]:
         sub = self.r[index * self.size : (index + 1) * self.size]
         return self.source(sub.start, sub.stop, sub.step)
@@ -120,6 +127,12 @@ class IndexSplits:
 
     def count(self, epoch: int) -> int:
         return -(-self.n // self.size)
+
+    def resized(self, most: int) -> IndexSplits:
+        """The same source in splits of at most ``most`` items (``distribute``'s bound)."""
+        out = copy.copy(self)
+        out.size = max(1, min(self.size, most))
+        return out
 
     def split(self, epoch: int, index: int) -> Pipeline[Any]:
         start = index * self.size

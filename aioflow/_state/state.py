@@ -8,6 +8,7 @@ A state is plain data (``json`` and ``pickle`` store it)::
      "position": 9000,                         # items yielded in this epoch so far
      "opens": {"0": 0, ...},                   # each node's open_index (per-epoch seeds)
      "origin": {"0": 0, ...},                  # the open indexes where position 0 was
+     "epoch": 3 | null,                        # the epoch the run was given (p.iter(epoch=))
      "nodes": {"0": null, "1": {...}} | null,  # per-node states, when seekable
      "counts": {"0": 9000, "1": 36000} | null} # items each of them yielded (its opening)
 
@@ -161,6 +162,7 @@ def make_state(
     opens: dict[int, int],
     nodes: tuple[dict[str, Any], dict[str, int]] | None,
     origin: dict[int, int] | None = None,
+    epoch: int | None = None,
 ) -> dict[str, Any]:
     """The state of ``pipeline`` after ``position`` items; ``nodes``: ``take_nodes``';
     ``origin``: the open indexes where the epoch's position 0 was (default ``opens``),
@@ -178,6 +180,7 @@ def make_state(
         # per node (numbered in the graph): its open_index in this run, for per-epoch seeds
         "opens": {str(k): v for k, v in sorted(opens.items())},
         "origin": {str(k): v for k, v in sorted(origin.items())},
+        "epoch": epoch,  # the run's p.iter(epoch=), or None
         "nodes": None if nodes is None else nodes[0],
         "counts": None if nodes is None else nodes[1],
     }

@@ -68,7 +68,10 @@ def from_torch_dataset(
     same permutation, as ``DistributedSampler`` does). ``shard=(num_shards, index)`` or
     ``"env"`` (``af.shard_from_env()``: ``RANK``/``WORLD_SIZE``) keeps every
     ``num_shards``-th index of that permutation from ``index``: the ranks' shards are
-    disjoint and cover the dataset (they differ in length by at most one item).
+    disjoint and cover the dataset (they differ in length by at most one item) in each
+    epoch that every rank names with ``p.iter(epoch=e)`` (``DistributedSampler``'s
+    ``set_epoch(e)``); sharded and shuffled, a second run without ``epoch=`` raises
+    ``PipelineError`` rather than let a rank that peeked read another permutation.
     ``concurrency``/``executor`` work as in ``map`` and call ``ds[i]`` there
     (``executor="process", concurrency=2`` is ``DataLoader(num_workers=2)``).
 

@@ -4,13 +4,14 @@ Like tf.data service's ``distributed_epoch`` mode. The source is cut into splits
 (``_state/splits``); a Dask task takes a few of them (as many as make ~0.2 s of work, measured
 as the epoch goes, fewer near the epoch's end), runs the part before ``distribute`` over
 them on a worker and returns their items. A consumer keeps two tasks per worker thread
-submitted or waiting to be read (``max_outstanding`` also bounds the elements in them)
-and submits the next as soon as one is read, so the scheduler hands work to whichever
-worker is free (a fast worker takes more). Everything that moves between machines is
-Dask's: its scheduler, its comms (numpy arrays travel as out-of-band pickle buffers), its
-failure detection. Each epoch connects a ``Client`` of its own on the run's loop (to the
-given client's scheduler) and closes it when the run ends, which releases whatever the
-epoch still had on the cluster.
+submitted or waiting to be read (``max_outstanding`` also bounds the elements in them
+and those read and not yet handed on, with splits and chunks small enough for it; the
+task sizes are ``distributed_tasks``'s) and submits the next as soon as one is read, so
+the scheduler hands work to whichever worker is free (a fast worker takes more).
+Everything that moves between machines is Dask's: its scheduler, its comms (numpy arrays
+travel as out-of-band pickle buffers), its failure detection. Each epoch connects a
+``Client`` of its own on the run's loop (to the given client's scheduler) and closes it
+when the run ends, which releases whatever the epoch still had on the cluster.
 
 Exactly once per epoch: a task's items reach the consumer only when it has finished, as
 one result. A worker that dies takes its unfinished tasks with it and the scheduler runs
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import CancelledError as FutureCancelled
@@ -37,11 +39,14 @@ from aioflow._core.base import pipeline_of
 from aioflow._core.tasks import cancelling
 from aioflow.errors import PipelineError, StageError
 from aioflow.ops.combine import concat
+from aioflow.ops.distributed_tasks import Sizer, chunk_of
 from aioflow.ops.kit import (
     CHUNK_MAX,
+    NO_HINTS,
     UNKNOWN_CARD,
     ChunkIter,
     Ctx,
+    Hints,
     Node,
     Opener,
     graph_nodes,
@@ -194,56 +199,6 @@ def _split_error(e: BaseException, indexes: list[int], address: str) -> BaseExce
     return e
 
 
-#: A Dask task takes as many splits as make about this much work (measured as it goes):
-#: enough to make the scheduler's per-task cost small, little enough to share the work.
-TASK_SECONDS = 0.2
-#: ... and at most this many.
-TASK_SPLITS = 64
-
-
-class _Sizer:
-    """How many splits the next task takes: one at first, then ~TASK_SECONDS of work, and
-    toward the end of the epoch no more than a ``window``-th of what is left (guided
-    self-scheduling), so that the last tasks are small and the workers finish together
-    instead of one of them idling through another's last 0.2 s.
-
-    With a ``budget`` (``max_outstanding``), the elements of the tasks submitted and not
-    yet read stay within it, each split counted at the most elements a split has made so
-    far: one split at a time until the first one is read, and the budget spread over the
-    ``window`` tasks. A split is the least a task takes: one whose elements exceed the
-    budget is still submitted alone."""
-
-    def __init__(self, window: int, budget: int | None = None) -> None:
-        self.per_split: float | None = None
-        self.most: int | None = None  # elements per split, the most seen
-        self.window = window
-        self.budget = budget
-
-    def size(self, left: int, running: int) -> int:
-        """Splits for the next task, with ``left`` splits of the epoch not yet submitted
-        and ``running`` submitted and not yet read; 0: submit nothing now."""
-        if left <= 0:
-            return 0
-        cap = TASK_SPLITS
-        if self.budget is not None:
-            if self.most is None:
-                return 0 if running else 1
-            most = max(self.most, 1)
-            room = (self.budget - running * most) // most
-            if room < 1:
-                return 0 if running else 1
-            cap = min(room, max(1, self.budget // (most * self.window)))
-        if self.per_split is None:
-            return 1
-        by_time = int(TASK_SECONDS / max(self.per_split, 1e-6))
-        return max(1, min(cap, by_time, -(-left // self.window)))
-
-    def done(self, splits: int, elements: int, seconds: float) -> None:
-        per = seconds / splits
-        self.per_split = per if self.per_split is None else 0.7 * self.per_split + 0.3 * per
-        self.most = max(self.most or 0, -(-elements // splits))
-
-
 async def _connect(client: Any) -> tuple[Any, str]:
     """A client of this run's own, on its loop, to the scheduler of ``client``."""
     from distributed import Client
@@ -283,14 +238,16 @@ async def _read_splits(
     try:
         window = await _window(dask, consumers)
         ctx.meter.concurrency = meters.overhead.concurrency = window
-        sizer = _Sizer(window, budget)
+        sizer = Sizer(window, budget)
         sent = 0  # of `mine`, the splits submitted so far
+        step = chunk_of(budget, CHUNK_MAX)
 
-        def fill() -> None:
+        def fill(held: int = 0) -> None:
             nonlocal sent
             while len(running) < window:
                 in_flight = sum(len(r[0]) for r in running.values())  # not yet read
-                idx = list(mine[sent : sent + sizer.size(len(mine) - sent, in_flight)])
+                k = sizer.size(len(mine) - sent, in_flight, held)
+                idx = list(mine[sent : sent + k])
                 if not idx:
                     return
                 sent += len(idx)
@@ -313,10 +270,13 @@ async def _read_splits(
                     err = _split_error(e, idx, address)
                     raise err from (None if err is e else e)
                 sizer.done(len(idx), len(items), compute)
-                fill()
                 meters.split_done(where, len(items), compute, perf_counter() - t0)
-                for k in range(0, len(items), CHUNK_MAX):
-                    yield items[k : k + CHUNK_MAX]
+                if budget is None:  # (with one: what is read and not yet handed on counts)
+                    fill()
+                for k in range(0, len(items), step):
+                    fill(len(items) - k)
+                    yield items[k : k + step]
+                fill()
     finally:
         for t in running:
             t.cancel()
@@ -378,6 +338,11 @@ def build_distribute(
         raise PipelineError(f"max_outstanding must be >= 1, got {max_outstanding}")
     leaf = _leaf(upstream)
     splits = leaf.hints.splits
+    if max_outstanding is not None and hasattr(splits, "resized"):
+        # splits small enough to make no more than max_outstanding elements each, as far
+        # as the stages tell (batch(n): n items an element); a file stays one split
+        per = math.prod(node.mult for node in graph_nodes(upstream) if node is not leaf)
+        splits = splits.resized(max_outstanding * per)
     n, i = num_consumers, consumer_index
     job = job_of(upstream, leaf)
 
@@ -391,4 +356,7 @@ def build_distribute(
         card=lambda _: UNKNOWN_CARD,
         task=True,
         key=(n, i, max_outstanding),
+        ranked=n > 1,
+        # with max_outstanding, its channel holds one chunk (of chunk_of elements)
+        hints=Hints(chunks=1) if max_outstanding is not None else NO_HINTS,
     )

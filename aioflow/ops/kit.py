@@ -26,6 +26,7 @@ from __future__ import annotations
 from aioflow._core.check import check_concurrency, check_executor, check_int, fn_name, is_int
 from aioflow._core.policy import NOTHING, call, each, each_into, read_one
 from aioflow._core.run import (
+    CHANNEL_CHUNKS,
     CHANNEL_ITEMS,
     CHUNK_MAX,
     INFINITE_CARD,
@@ -72,7 +73,7 @@ from aioflow._state.state import (
 )
 
 __all__ = [
-    "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
+    "CHANNEL_CHUNKS", "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
     "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
     "ElementLog", "Hints", "Logged", "NO_HINTS", "Node", "Opener", "Refuse", "Resume", "Run",
     "Seek", "ShuffleLog", "aclosing", "call", "call_resume", "check_concurrency",

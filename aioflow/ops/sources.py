@@ -9,7 +9,7 @@ once and a fast one moves in large chunks.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from aioflow._core.base import pipeline_of
 from aioflow._core.chunks import iterable_chunks, sync_chunks
 from aioflow._state.splits import IndexSplits, RangeSplits, list_source
-from aioflow.errors import PipelineError
+from aioflow.errors import PipelineError, StageError
 from aioflow.ops.kit import (
     CHUNK_MAX,
     COUNTED,
@@ -170,10 +170,11 @@ def resolve_shard(shard: Shard) -> tuple[int, int]:
     )
 
 
-def _reader_of(seq: Any) -> Callable[[Any], Iterable[Any]]:
+def _reader_of(seq: Any, name: str = "from_source") -> Callable[[Any], Iterable[Any]]:
     """How to read the items at an array of indexes: vectorized where the type allows.
 
-    Else one by one (``map``), so that the items before a failing ``seq[i]`` come out.
+    Else one by one, so that the items before a failing ``seq[i]`` come out (and a
+    ``StopIteration`` it raises is an error, never the end of the epoch).
     """
     if isinstance(seq, builtins.range):
         r = seq
@@ -181,7 +182,16 @@ def _reader_of(seq: Any) -> Callable[[Any], Iterable[Any]]:
     if isinstance(seq, np.ndarray):
         return lambda idx: list(seq[idx])
     get = seq.__getitem__
-    return lambda idx: map(get, idx.tolist())
+
+    def each(idx: Any) -> Iterator[Any]:
+        for i in idx.tolist():
+            try:
+                yield get(i)
+            except StopIteration as e:  # (a builtin map would end the epoch silently)
+                why = f"stage {name!r}: seq[{i}] raised StopIteration (an error, not the end)"
+                raise StageError(why, stage=name) from e
+
+    return each
 
 
 def from_source(
@@ -197,7 +207,11 @@ def from_source(
     so that all ranks share the permutation; a state keeps the seed it was drawn with).
     ``shard=(num_shards, index)`` or ``"env"`` (``af.shard_from_env()``) keeps every
     ``num_shards``-th position of the permutation from ``index``: ranks get disjoint
-    slices that cover it, differing in length by at most one.
+    slices that cover it, differing in length by at most one, as long as they run the
+    same epoch: name it with ``p.iter(epoch=e)`` (``DistributedSampler.set_epoch``), the
+    same on every rank. Sharded and shuffled, a second run without ``epoch=`` (or a
+    state) raises ``PipelineError``: counting runs, a rank that peeked would read another
+    permutation (see docs/checkpointing.md).
 
     A state (``it.state_dict()``) holds the position; resuming seeks there, at the cost
     of one chunk whatever the position, and ``af.merge_states`` re-splits the states of
@@ -215,6 +229,10 @@ def from_source(
         ('abcdefghij', True)
         >>> af.from_source("abcdefghij", shard=(3, 1)).to_list()
         ['b', 'e', 'h']
+        >>> ranks = [af.from_source("abcdefghij", shuffle=True, shard=(2, r)) for r in (0, 1)]
+        >>> with ranks[0].iter(epoch=1) as a, ranks[1].iter(epoch=1) as b:
+        ...     "".join(sorted(list(a) + list(b)))
+        'abcdefghij'
     """
     return index_source(seq, shuffle, seed, shard, "from_source")
 
@@ -236,7 +254,7 @@ def index_source(
     explicit = seed is not None
     if seed is None:
         seed = 0 if num > 1 else int(np.random.SeedSequence().generate_state(1)[0])
-    read = _reader_of(seq)
+    read = _reader_of(seq, name)
     base_seed = seed
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
@@ -259,6 +277,7 @@ def index_source(
             key=key,
             resume=start,
             hints=Hints(splits=splits),
+            ranked=shuffle and num > 1,
         )
     )
 
@@ -281,4 +300,4 @@ class _IndexPart:
         if self.shuffle:
             perm = Permutation(self.n, (self.seed, epoch))
             pos = perm.map(pos.astype(np.uint64)).astype(np.int64)
-        return list_source(self.name, list(_reader_of(self.seq)(pos)))
+        return list_source(self.name, list(_reader_of(self.seq, self.name)(pos)))

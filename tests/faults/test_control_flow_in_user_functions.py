@@ -157,3 +157,41 @@ def test_a_user_stop_iteration_in_a_batch_collate_is_an_error_after_the_batches_
     p = af.range(701).batch(1000, collate=_collate_stopping_at_700)  # the remainder only
     with p.iter(timeout=DEADLINE) as it, pytest.raises(af.StageError):
         list(it)
+
+
+def _cancel_at_5(x):
+    if x == 5:
+        raise asyncio.CancelledError("raised by the function")
+    return x
+
+
+class _StopAt700Seq:
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return _stop_at_700(i)
+
+
+@pytest.mark.parametrize("batch", [None, 4], ids=["items", "stacked-batch"])
+@pytest.mark.parametrize("fn", [_stop_at_700, _cancel_at_5], ids=["stop", "cancel"])
+def test_a_control_flow_exception_in_a_process_worker_arrives_as_a_stage_error(fn, batch):
+    """Issue 27 (9): a StopIteration from a process worker ended as RuntimeError("async
+    generator raised StopIteration"); a CancelledError arrived without its cause."""
+    with af.range(1000).map(fn, executor="process") as p:
+        q = p if batch is None else p.batch(batch)
+        with q.iter(timeout=DEADLINE) as it, pytest.raises(af.StageError) as info:
+            list(it)
+    cause = info.value.__cause__
+    assert type(cause) is (StopIteration if fn is _stop_at_700 else asyncio.CancelledError)
+    assert any("remote traceback" in n for n in getattr(cause, "__notes__", []))
+
+
+def test_a_stop_iteration_from_a_random_access_sources_getitem_is_an_error():
+    # it ended the epoch silently after 700 items (the reader is a builtin map)
+    got = []
+    with pytest.raises(af.StageError) as info:
+        for x in af.from_source(_StopAt700Seq()):
+            got.append(x)
+    assert got == list(range(700)) and isinstance(info.value.__cause__, StopIteration)
+    assert "700" in str(info.value)

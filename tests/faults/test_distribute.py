@@ -22,6 +22,7 @@ import cloudpickle
 import pytest
 
 import aioflow as af
+from aioflow.ops.distributed_tasks import DOWNSTREAM_CHUNKS
 
 distributed = pytest.importorskip("distributed")
 
@@ -64,7 +65,7 @@ def client() -> Iterator[Any]:
         with distributed.Client(address) as c:
             # warm up: imports on the workers, Dask's threads and pooled connections
             for _ in range(2):
-                p = af.range(3000).distribute(c, max_outstanding=8)
+                p = af.range(3000).distribute(c, max_outstanding=64)
                 assert sorted(p) == list(range(3000))
             # Dask's process-wide thread that (de)serializes large messages, started now
             offload = getattr(distributed.utils, "_offload_executor", None)
@@ -126,6 +127,18 @@ def test_two_consumers_share_an_epoch_in_disjoint_batches_that_cover_it(client):
     assert sorted(x for g in got for b in g for x in b) == list(range(2000))
 
 
+def test_two_consumers_name_their_epochs_and_a_second_unnamed_run_is_refused(client):
+    """Issue 27 (2): consumer i takes the splits of its run's epoch; counted per process, a
+    consumer that peeked would take those of another epoch than the others."""
+    ps = [af.range(640).distribute(client, num_consumers=2, consumer_index=i) for i in (0, 1)]
+    assert ps[0].to_list()  # the first run: epoch 0 on every consumer
+    with pytest.raises(af.PipelineError, match="epoch="):
+        ps[0].to_list()
+    parts = [list(p.iter(epoch=1)) for p in ps]
+    assert not set(parts[0]) & set(parts[1])
+    assert sorted(parts[0] + parts[1]) == list(range(640))
+
+
 def test_consumer_index_and_count_default_from_the_launcher_environment(client, monkeypatch):
     parts = []
     for rank in range(3):
@@ -171,24 +184,6 @@ def test_user_error_in_a_split_surfaces_as_itself_with_a_note(client):
     assert any("distribute" in n for n in info.value.__notes__)
 
 
-def test_a_slow_consumer_holds_back_the_workers(client, tmp_path):
-    def mark(x: int) -> int:
-        if x % 64 == 0:  # the first item of a split (a range's splits are 64 items here)
-            (tmp_path / str(x)).touch()
-        return x
-
-    n = 64 * 20_000
-    with af.range(n).map(mark).distribute(client, max_outstanding=2).iter() as it:
-        next(it)
-        time.sleep(1.0)  # time for the cluster to run ahead, if it would
-        made = len(os.listdir(tmp_path))
-    # bounded, not the 20,000 splits of the epoch: a split (64 items) is more than
-    # max_outstanding, so one split at a time is out, and the channels to the consumer
-    # hold a few more already read (2 chunks in distribute's, 4 in the thread hand-off, 4
-    # taken by the consumer at once: a chunk is one split's items here)
-    assert made <= 16
-
-
 def test_max_outstanding_bounds_the_batches_in_flight_to_a_slow_consumer(client, tmp_path):
     def mark(b: list[int]) -> list[int]:  # on a worker, as each batch is made
         (tmp_path / str(b[0])).touch()
@@ -205,6 +200,31 @@ def test_max_outstanding_bounds_the_batches_in_flight_to_a_slow_consumer(client,
     assert made - taken <= 4
     # and what was taken waits in the consumer's channels (a few chunks of one task each)
     assert taken <= 64
+
+
+@pytest.mark.parametrize("m", [2, 8])
+def test_a_stalled_consumer_has_at_most_max_outstanding_elements_made_ahead(client, tmp_path, m):
+    """Issue 27 (4b): with batch(1) before distribute, max_outstanding=2 let 640 items be
+    made ahead of a stalled consumer. The contract: max_outstanding elements, plus the
+    few single-element chunks on their way to the consumer (DOWNSTREAM_CHUNKS)."""
+    made_path = tmp_path / "made"
+
+    def count(x: int) -> int:  # on a worker, as the source's item is made
+        fd = os.open(made_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(fd, b"x")
+        os.close(fd)
+        return x
+
+    p = af.range(64 * 2_000).map(count).batch(1).distribute(client, max_outstanding=m)
+    with p.iter() as it:
+        got = [next(it)]
+        time.sleep(1.5)  # the consumer stalls: time for the cluster to run ahead, if it would
+        made = made_path.stat().st_size
+        ahead = made - len(got)
+        assert ahead <= m + DOWNSTREAM_CHUNKS, (made, ahead)
+        got += [next(it) for _ in range(50)]  # and it goes on
+    items = [x for b in got for x in b.tolist()]
+    assert all(len(b) == 1 for b in got) and len(set(items)) == 51
 
 
 def test_random_operators_before_distribute_draw_anew_in_each_epoch_and_task(client):
@@ -247,7 +267,8 @@ def test_a_worker_killed_mid_epoch_leaves_the_output_exact(client):
     with _cluster() as cluster, distributed.Client(cluster) as c:
         victim = _worker_pids(c)[0]
         out = []
-        with af.range(n).map(slow).distribute(c, max_outstanding=4).iter(timeout=120) as it:
+        # (max_outstanding=8: splits of 8 items; fewer would mean more, smaller tasks)
+        with af.range(n).map(slow).distribute(c, max_outstanding=8).iter(timeout=120) as it:
             for x in it:
                 out.append(x)
                 if len(out) == 300:
