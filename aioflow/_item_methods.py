@@ -75,7 +75,10 @@ class ItemMethods(PipelineBase, Generic[T]):
         on the loop and an async one as up to ``concurrency`` tasks; ``"thread"`` runs it
         in a pool the run owns, ``"process"`` in ``concurrency`` worker processes that
         stay warm across this pipeline's runs until ``close()`` (``fn`` is shipped by
-        value; workers never run your ``__main__``), and any
+        value; workers never run your ``__main__``: items and results may be anything
+        that pickles, and instances of classes a worker cannot import, of ``__main__``,
+        a notebook cell, a function or a module loaded from outside ``sys.path``, nested
+        anywhere, travel by value too; plain ones keep the plain pickle), and any
         ``concurrent.futures.Executor`` (the caller's, kept open) works too.
         ``ordered=False`` yields results in completion order. ``on_error`` is
         ``"raise"``, ``"skip"`` or an int max_failures; ``timeout`` bounds one call.
