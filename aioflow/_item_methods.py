@@ -77,9 +77,13 @@ class ItemMethods(PipelineBase, Generic[T]):
         pipeline owns: warm from one epoch to the next (DataLoader's
         ``persistent_workers``) until ``p.close()``, leaving ``with p:``, ``p`` becoming
         unreachable or interpreter exit (``fn`` is shipped by value; workers never run
-        your ``__main__``). Any ``concurrent.futures.Executor`` instance works too (a
-        Dask ``client.get_executor()`` included): it belongs to the caller, who keeps
-        it warm across epochs and closes it (aioflow never shuts it down).
+        your ``__main__``: items and results may be anything that pickles, and instances
+        of classes a worker cannot import, of ``__main__``, a notebook cell, a function
+        or a module loaded from outside ``sys.path``, nested anywhere, travel by value
+        too; plain ones keep the plain pickle). Any ``concurrent.futures.Executor``
+        instance works too (a Dask ``client.get_executor()`` included): it belongs to
+        the caller, who keeps it warm across epochs and closes it (aioflow never shuts
+        it down).
         ``ordered=False`` yields results in completion order. ``on_error`` is
         ``"raise"``, ``"skip"`` or an int max_failures; ``timeout`` bounds one call.
         Memory: at most ``concurrency`` calls in flight. On cancellation every call in

@@ -15,6 +15,8 @@ or another run of the node already returned a pool.
   reaches end-of-file, so they die with the parent, even a SIGKILLed one.
 - Functions are cloudpickled once per pool and sent by value (lambdas, closures, functions
   of ``__main__``, a test module or a notebook cell); their code keeps its file name.
+  Items go by name (plain pickle), or by value when a class in them cannot be imported
+  by a worker (``_process/ship``); results likewise (``_process/worker``).
 - Items travel in batches sized from the measured call time (~``TASK_SECONDS`` of work
   per message), each item pickled on its own, so a bad one fails only itself; in an
   ordered map each worker has a second batch queued. Sends never block the loop: the
@@ -44,6 +46,7 @@ from aioflow._core.autotune import items_for
 from aioflow._core.ctx import Ctx
 from aioflow._core.graph import CHUNK_MAX, Described, graph_nodes
 from aioflow._core.timeouts import arm
+from aioflow._process import ship as _ship
 from aioflow._process import wire as _wire
 from aioflow._process.pool_batch import Batch, one_by_one, results
 from aioflow._process.pool_life import checkout, park, release, ship_by_value, track, wants_pool
@@ -209,7 +212,7 @@ class ProcessPool:
         task = Batch(next(self._ids), fn_id, items, pos, self.loop.create_future())
         task.stack = stack
         try:
-            task.batch = _wire.pack(items, task.fds)
+            task.batch = _wire.pack(items, task.fds, _ship.dumps, _ship.dumps_by_value)
         except Exception:
             one_by_one(task, self.stage)
         self.pending.append(task)

@@ -1,7 +1,8 @@
 """A process pool's batch: its items packed for a worker, and the answer unpacked.
 
 Items are pickled at once, or one by one when that fails (``one_by_one``: an item that
-cannot be sent fails only itself); results come back the same two ways (``results``).
+cannot be sent fails only itself; each by value, as a worker could not load the batch
+when it answers "one by one"); results come back the same two ways (``results``).
 Failures that happen here (pickling, unpickling) are ``StageError``s naming the stage
 and the item.
 """
@@ -13,6 +14,7 @@ import os
 from collections import deque
 from typing import Any
 
+from aioflow._process import ship as _ship
 from aioflow._process import wire as _wire
 from aioflow._process.columns import rows
 from aioflow.errors import StageError, short_repr
@@ -54,7 +56,7 @@ def one_by_one(task: Batch, stage: str) -> None:
     task.entries = []
     for j, x in enumerate(task.items):
         try:
-            task.entries.append(_wire.pack(x, task.fds))
+            task.entries.append(_wire.pack(x, task.fds, _ship.dumps_by_value))
         except Exception as e:
             task.entries.append(None)
             task.failures[j] = _wire.Failure(

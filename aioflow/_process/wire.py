@@ -18,17 +18,27 @@ arrival into memory of its own.
 
 A message goes as parts (``sendmsg``), never joined: its header, ``encode``'s pickle,
 then the ``PickleBuffer`` objects in it (a batch's ``data`` and ``blob``) as they are.
+
+Values whose classes the receiver cannot import (of the user's ``__main__``, of a
+function, of a module not on the path) travel by value (cloudpickle): ``by_name_dumps``
+is a plain C pickle whose ``dispatch_table`` spots such a class at its first instance
+(``ByValue``; once per type, then a dict lookup in C), and ``pack`` pickles the value
+again by value, so plain values never pay for it.
 """
 
 from __future__ import annotations
 
 import array
+import copyreg
 import ctypes
+import io
 import mmap
+import operator
 import os
 import pickle
 import socket
 import struct
+import sys
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -40,11 +50,14 @@ __all__ = [
     "OOB_MIN",
     "PART_MIN",
     "SOCKET_BUFFER",
+    "ByValue",
     "Failure",
     "Inbox",
+    "by_name_dumps",
     "decode",
     "encode",
     "header",
+    "named",
     "pack",
     "scm",
     "send",
@@ -82,6 +95,61 @@ class Failure:
         return (Failure, (self.exc, self.why))
 
 
+# -- values whose classes go by name, or by value -------------------------------------
+class ByValue(Exception):
+    """A value holds an instance of a class the receiver cannot import by its name."""
+
+
+def named(cls: type) -> bool:
+    """Whether ``cls`` may be pickled by name for another process of this program: not a
+    class of ``__main__`` (a worker's is not the user's), of a function (``<locals>``), or
+    of a module this process has not imported (one that came by value). Never imports."""
+    mod, name = getattr(cls, "__module__", None), getattr(cls, "__qualname__", "<locals>")
+    return mod != "__main__" and mod in sys.modules and "<locals>" not in name
+
+
+class _Reducers(dict[type, Any]):
+    """A pickler's ``dispatch_table``: for each type met, what pickle itself would call
+    (``copyreg``'s reducer or ``__reduce_ex__``), once ``by_name(type)`` allowed it; else
+    ``ByValue`` is raised, out of the ``dump``."""
+
+    def __init__(self, by_name: Callable[[type], bool], protocol: int) -> None:
+        super().__init__()
+        self.by_name = by_name
+        self.default = operator.methodcaller("__reduce_ex__", protocol)
+        self.registered = len(copyreg.dispatch_table)
+
+    def __missing__(self, cls: type) -> Any:
+        if issubclass(cls, type):  # a class itself: pickle saves it by name (not kept)
+            raise KeyError(cls)
+        if not self.by_name(cls):
+            raise ByValue(cls)
+        reduce = copyreg.dispatch_table.get(cls, self.default)
+        if len(self) < 4096:
+            self[cls] = reduce
+        return reduce
+
+
+def by_name_dumps(by_name: Callable[[type], bool]) -> Callable[..., bytes]:
+    """``pickle.dumps`` (protocol 5, whatever ``protocol`` says), but raising ``ByValue``
+    on an instance of a class for which ``by_name`` is false (classes met as values
+    themselves are not checked)."""
+    reducers = _Reducers(by_name, 5)
+
+    class Pickler(pickle.Pickler):
+        dispatch_table = reducers
+
+    def dumps(obj: Any, protocol: int = 5, buffer_callback: Any = None) -> bytes:
+        if len(copyreg.dispatch_table) != reducers.registered:  # (a reducer registered)
+            reducers.clear()
+            reducers.registered = len(copyreg.dispatch_table)
+        f = io.BytesIO()
+        Pickler(f, 5, buffer_callback=buffer_callback).dump(obj)
+        return f.getvalue()
+
+    return dumps
+
+
 # -- values with their buffers in shared memory ---------------------------------------
 def _memfd(raw: memoryview) -> int | None:
     """A memfd holding a copy of ``raw``, or None when there is no room for it.
@@ -105,10 +173,21 @@ def _memfd(raw: memoryview) -> int | None:
     return fd
 
 
-def pack(obj: Any, fds: list[int], dumps: Callable[..., bytes] = pickle.dumps) -> Any:
+def pack(
+    obj: Any,
+    fds: list[int],
+    dumps: Callable[..., bytes] = pickle.dumps,
+    by_value: Callable[..., bytes] | None = None,
+) -> Any:
     """``obj`` pickled as ``(data, sizes, blob)``: its buffers of ``OOB_MIN`` bytes or more
     go into ``fds`` (``sizes``: n > 0), those of ``PART_MIN`` or more are copied one after
-    the other into ``blob`` (n < 0: -n bytes), which is faster than pickling them in."""
+    the other into ``blob`` (n < 0: -n bytes), which is faster than pickling them in.
+    When ``dumps`` fails (``ByValue``, or any error), ``by_value`` has a go, if given."""
+    if by_value is not None:
+        try:
+            return pack(obj, fds, dumps)
+        except Exception:
+            return pack(obj, fds, by_value)
     start = len(fds)
     sizes: list[int] = []
     parts: list[memoryview] = []

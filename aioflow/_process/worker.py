@@ -44,12 +44,26 @@ from typing import Any
 import cloudpickle
 
 from .columns import stack as stack_columns
-from .wire import SOCKET_BUFFER, Failure, Inbox, decode, encode, pack, send, unpack
+from .wire import (
+    SOCKET_BUFFER,
+    Failure,
+    Inbox,
+    by_name_dumps,
+    decode,
+    encode,
+    named,
+    pack,
+    send,
+    unpack,
+)
 
 __all__ = ["failure_of", "main"]
 
 #: A failure that could not be sent back is described by this header line.
 _UNSENDABLE = "could not be sent back from the worker process"
+#: Results are pickled by name unless a class in them came by value (``wire.named``),
+#: which this pickle spots on its first instance; cloudpickle then sends them by value.
+_dumps = by_name_dumps(named)
 
 
 # -- functions shipped by value (``_ship.ship``) ----------------------------------------
@@ -154,16 +168,16 @@ def _results(
     ys: list[Any], fds: list[int], t0: float, stack: bool = False
 ) -> tuple[float, str, Any]:
     """(seconds, kind, payload): the results pickled at once (plain pickle, else
-    cloudpickle), or one by one so that one that cannot be sent fails only itself; with
-    ``stack``, stacked in columns first when they all succeeded and stack (``_process/columns``)."""
+    cloudpickle: a class that came by value goes back by value), or one by one so that
+    one that cannot be sent fails only itself; with ``stack``, stacked in columns first
+    when they all succeeded and stack (``_process/columns``)."""
     stacked = _stacked(ys) if stack else None
     ways = [("batch", ys)] if stacked is None else [("columns", stacked), ("batch", ys)]
     for kind, value in ways:
-        for dumps in (pickle.dumps, cloudpickle.dumps):
-            try:
-                return time.perf_counter() - t0, kind, pack(value, fds, dumps)
-            except Exception:
-                pass
+        try:
+            return time.perf_counter() - t0, kind, pack(value, fds, _dumps, cloudpickle.dumps)
+        except Exception:
+            pass
     return time.perf_counter() - t0, "items", [_pack_one(y, fds) for y in ys]
 
 

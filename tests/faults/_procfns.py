@@ -118,3 +118,8 @@ def slow_sample(x: int) -> tuple[np.ndarray, int]:
 def kib64(x: int) -> np.ndarray:
     """64 KiB: the least that travels in shared memory."""
     return np.full(8192, x, np.int64)
+
+
+def ident(x: object) -> object:
+    """The item itself: what crosses to a worker comes back."""
+    return x
