@@ -46,7 +46,15 @@ from aioflow._core.graph import CHUNK_MAX, Described, graph_nodes
 from aioflow._core.timeouts import arm
 from aioflow._process import wire as _wire
 from aioflow._process.pool_batch import Batch, one_by_one, results
-from aioflow._process.pool_life import checkout, park, release, ship_by_value, track, wants_pool
+from aioflow._process.pool_life import (
+    checkout,
+    forget,
+    park,
+    release,
+    ship_by_value,
+    track,
+    wants_pool,
+)
 from aioflow._process.pool_wire import Worker
 from aioflow.errors import PipelineError, WorkerDied
 from aioflow.stats.meters import StageMeter
@@ -110,6 +118,7 @@ class ProcessPool:
         self, workers: int, timeout: float | None, *, queued: bool = True, holds: int = CHUNK_MAX
     ) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None  # the run's, while attached
+        self.pid = os.getpid()  # the process whose workers these are (not a forked child)
         self.stage = ""
         self.config = (workers, timeout, queued)
         self.timeout = timeout
@@ -219,6 +228,9 @@ class ProcessPool:
     # -- closing ------------------------------------------------------------------------
     def _shut(self) -> list[subprocess.Popen[bytes]]:
         """Close every socket (idle workers end at once), kill busy ones; the processes."""
+        if self.pid != os.getpid():  # a forked child's copy (the fork hook did not run)
+            forget(self)
+            return []
         self.closed = True
         for t in self.pending:
             t.fut.cancel()

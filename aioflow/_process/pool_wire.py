@@ -12,6 +12,7 @@ loop. ``read`` takes every whole message that has arrived.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -100,16 +101,30 @@ class Worker:
         self.writing = False
 
     def close(self, *, kill: bool) -> None:
-        """Close the socket (an idle worker then exits) and drop what was not sent."""
+        """Shut the socket down (an idle worker then exits) and drop what was not sent.
+
+        Shut down, not only closed: a child the user's program forked holds a copy of
+        the descriptor, and the worker would see no end-of-file until that child ends.
+        """
         self.unwatch()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.forget()
+        if kill:
+            self.proc.kill()
+
+    def forget(self) -> None:
+        """Close this process's descriptors of the worker, leaving the worker be: what a
+        forked child does with the parent's workers (it neither shuts their sockets down
+        nor touches the loop, whose epoll set it shares with the parent)."""
+        self.loop = None
+        self.writing = False
         self.sock.close()
         self.inbox.close()
         for _, fds in self.out:
             for fd in fds:
                 os.close(fd)
         self.out.clear()
-        if kill:
-            self.proc.kill()
 
     def post(self, obj: Any, fds: list[int]) -> None:
         """Send ``obj`` (``_wire.encode``; the descriptors are closed once sent)."""
