@@ -24,6 +24,7 @@ from typing import Any
 from aioflow._process import columns as _columns
 from aioflow._process import wire as _wire
 from aioflow._process import worker as _worker
+from aioflow._process.forks import Proc, fork_worker, start_server
 
 __all__ = ["Worker"]
 
@@ -46,7 +47,7 @@ class Worker:
 
     __slots__ = ("fns", "inbox", "loop", "out", "proc", "ready", "sock", "tasks", "writing")
 
-    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    def __init__(self, proc: Proc, sock: socket.socket) -> None:
         self.proc = proc
         self.sock = sock
         self.ready = False
@@ -59,15 +60,19 @@ class Worker:
 
     @classmethod
     def start(cls) -> Worker:
+        """A worker forked by the fork server (``_process/forks``), or a fresh interpreter."""
+        forked = start_server(sys.path)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, *flags, "-c", _BOOT, str(child.fileno()), *_FILES],
-                pass_fds=(child.fileno(),),
-                stdin=subprocess.DEVNULL,
-                process_group=0,
-            )
+            proc: Proc | None = fork_worker(child) if forked else None
+            if proc is None:
+                flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
+                proc = subprocess.Popen(
+                    [sys.executable, *flags, "-c", _BOOT, str(child.fileno()), *_FILES],
+                    pass_fds=(child.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    process_group=0,
+                )
         finally:
             child.close()
         parent.setblocking(False)

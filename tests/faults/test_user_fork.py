@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,9 @@ HANG = 2.0  # s: a close that takes this long waited for a child (a hang check, 
 
 def _fork(child: Callable[[], int]) -> int:
     """Fork; the child runs ``child`` and leaves with its code, never back into pytest."""
-    pid = os.fork()
+    with warnings.catch_warnings():  # (3.12+: "multi-threaded": numpy's BLAS threads)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         code = 70
         try:
@@ -209,7 +212,7 @@ def child_work(conn):
 
 p = af.range(6).map(where, executor="process", concurrency=2)
 p.to_list()
-first = {c.pid for c in psutil.Process().children()}  # the pool's workers
+first = {c.pid for c in psutil.Process().children(recursive=True)}  # the workers
 kept = af.range(2).map(image, executor="process").to_list()
 r, w = os.pipe()
 pid = os.fork()
