@@ -7,9 +7,13 @@ workers do: from epoch 1 on, neither starts processes. Each side runs in a subpr
 of its own (a fresh interpreter that imports torch), in turns.
 
 Figures per side and epoch: time to the first batch and the whole epoch's time; the goal
-is epochs >= 1 within 2x of DataLoader's first batch and 1.1x of its epoch time.
+is epochs >= 1 within 2x of DataLoader's first batch and 1.1x of its epoch time. With
+``--fn torch`` the function itself uses torch (a worker that starts from nothing imports
+it before its first call: epoch 0's cold start; issue 27's goal is epoch 0's first batch
+within 3x of DataLoader's); ``second`` is the first batch of a second pipeline (a new
+pool, or a new DataLoader) made in the same program after the epochs (goal: < 100 ms).
 
-    python bench/epochs.py [--items 2000] [--epochs 3] [--reps 3]
+    python bench/epochs.py [--items 2000] [--epochs 3] [--reps 3] [--fn numpy|torch|both]
 """
 
 from __future__ import annotations
@@ -36,17 +40,28 @@ def work(x: int) -> Any:
     return np.full((3, 16, 16), x % 251, dtype=np.float32) / 255.0
 
 
+def work_torch(x: int) -> Any:
+    """The same with torch (imported by the function, as a worker must before its call)."""
+    import torch
+
+    return torch.full((3, 16, 16), x % 251, dtype=torch.float32) / 255.0
+
+
+FNS = {"numpy": work, "torch": work_torch}
+
+
 class Items:
     """A map-style dataset for the DataLoader side."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, fn: Any = work) -> None:
         self.n = n
+        self.fn = fn
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> Any:
-        return work(i)
+        return self.fn(i)
 
 
 def _epochs(batches: Any, epochs: int) -> list[tuple[float, float]]:
@@ -61,20 +76,37 @@ def _epochs(batches: Any, epochs: int) -> list[tuple[float, float]]:
     return out
 
 
-def child(side: str, items: int, epochs: int) -> list[tuple[float, float]]:
+def child(side: str, items: int, epochs: int, fn_name: str) -> list[tuple[float, float]]:
     import torch  # noqa: F401 - every training script does
 
+    fn = FNS[fn_name]
     if side == "aioflow":
         import aioflow as af
 
-        with af.range(items).map(work, executor="process", concurrency=WORKERS).batch(
-            BATCH, collate="torch"
-        ) as p:
-            return _epochs(lambda: p, epochs)
+        def pipeline() -> Any:
+            return (
+                af.range(items)
+                .map(fn, executor="process", concurrency=WORKERS)
+                .batch(BATCH, collate="torch")
+            )
+
+        with pipeline() as p:
+            out = _epochs(lambda: p, epochs)
+        with pipeline() as q:  # a second pipeline of the program: a pool of its own
+            out += _epochs(lambda: q, 1)
+        return out
     from torch.utils.data import DataLoader
 
-    dl = DataLoader(Items(items), batch_size=BATCH, num_workers=WORKERS, persistent_workers=True)
-    return _epochs(lambda: dl, epochs)
+    def loader() -> Any:
+        return DataLoader(
+            Items(items, fn), batch_size=BATCH, num_workers=WORKERS, persistent_workers=True
+        )
+
+    first = loader()
+    out = _epochs(lambda: first, epochs)
+    first = None  # (its workers end, as the first pipeline's pool did)
+    second = loader()
+    return out + _epochs(lambda: second, 1)
 
 
 def main() -> None:
@@ -82,25 +114,31 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=2000)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fn", choices=["numpy", "torch", "both"], default="both")
     ap.add_argument("--child", choices=["aioflow", "dataloader"])
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.items, args.epochs)))
+        print(json.dumps(child(args.child, args.items, args.epochs, args.fn)))
         return
-    runs: dict[str, list[list[tuple[float, float]]]] = {"aioflow": [], "dataloader": []}
-    for _ in range(args.reps):
-        for side in runs:
-            cmd = [sys.executable, __file__, "--child", side, "--items", str(args.items)]
-            out = subprocess.run(
-                [*cmd, "--epochs", str(args.epochs)], capture_output=True, text=True, check=True
-            ).stdout
-            runs[side].append(json.loads(out))
-    print(f"median of {args.reps}        aioflow   DataLoader   aioflow/DataLoader")
-    for e in range(args.epochs):
-        for k, label in ((0, "first batch"), (1, "epoch")):
-            a = statistics.median(r[e][k] for r in runs["aioflow"])
-            d = statistics.median(r[e][k] for r in runs["dataloader"])
-            print(f"  epoch {e} {label:11s} {a:9.3f}s {d:10.3f}s {a / d:12.2f}x")
+    for fn in ["numpy", "torch"] if args.fn == "both" else [args.fn]:
+        runs: dict[str, list[list[tuple[float, float]]]] = {"aioflow": [], "dataloader": []}
+        for _ in range(args.reps):
+            for side in runs:  # (in turns: both sides see the same load)
+                cmd = [sys.executable, __file__, "--child", side, "--items", str(args.items)]
+                out = subprocess.run(
+                    [*cmd, "--epochs", str(args.epochs), "--fn", fn],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                runs[side].append(json.loads(out))
+        print(f"fn={fn}, median of {args.reps}  aioflow   DataLoader   aioflow/DataLoader")
+        rows = [(f"epoch {e}", e) for e in range(args.epochs)] + [("second", args.epochs)]
+        for name, e in rows:
+            for k, label in ((0, "first batch"), (1, "epoch")):
+                a = statistics.median(r[e][k] for r in runs["aioflow"])
+                d = statistics.median(r[e][k] for r in runs["dataloader"])
+                print(f"  {name:8s} {label:11s} {a:9.3f}s {d:10.3f}s {a / d:12.2f}x")
 
 
 if __name__ == "__main__":

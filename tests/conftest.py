@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from aioflow._process import forks
+
 try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is in the test extras
@@ -71,7 +73,7 @@ def _snapshot() -> Snapshot:
 def _leaks(before: Snapshot) -> list[str]:
     threads0, children0, fds0 = before
     proc = psutil.Process()
-    service = {_forkserver_pid(), _resource_tracker_pid()}
+    service = {_forkserver_pid(), _resource_tracker_pid(), forks.server_pid()}
     extra_threads = [t.name for t in threading.enumerate() if t not in threads0 and t.is_alive()]
     extra_children = []
     for c in proc.children(recursive=True):

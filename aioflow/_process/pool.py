@@ -8,11 +8,13 @@ and checks it back in (``_process/pool_life``). A pool is closed, its workers re
 at interpreter exit, and at once when it is broken (a worker died), was closed meanwhile,
 or another run of the node already returned a pool.
 
-- Workers are fresh interpreters started with ``subprocess`` (no fork of a parent that
-  runs threads and a loop); they load ``_process/worker`` alone and never the user's
-  ``__main__``, so a script without ``if __name__ == "__main__":`` works. They ignore
-  SIGINT and live in a process group of their own, and end as soon as their socket
-  reaches end-of-file, so they die with the parent, even a SIGKILLed one.
+- Workers are forked by the fork server (``_process/forks``: a copy of the program made
+  when its first pool started, the libraries it imported loaded, torch included), or,
+  when there is none, are fresh interpreters started with ``subprocess``; either way
+  they never run the user's ``__main__``, so a script without ``if __name__ ==
+  "__main__":`` works. They ignore SIGINT and live in a process group of their own, and
+  end as soon as their socket reaches end-of-file, so they die with the parent, even a
+  SIGKILLed one.
 - Functions are cloudpickled once per pool and sent by value (lambdas, closures, functions
   of ``__main__``, a test module or a notebook cell); their code keeps its file name.
   Items go by name (plain pickle), or by value when a class in them cannot be imported
@@ -48,8 +50,17 @@ from aioflow._core.graph import CHUNK_MAX, Described, graph_nodes
 from aioflow._core.timeouts import arm
 from aioflow._process import ship as _ship
 from aioflow._process import wire as _wire
+from aioflow._process.forks import Proc
 from aioflow._process.pool_batch import Batch, one_by_one, results
-from aioflow._process.pool_life import checkout, park, release, ship_by_value, track, wants_pool
+from aioflow._process.pool_life import (
+    checkout,
+    forget,
+    park,
+    release,
+    ship_by_value,
+    track,
+    wants_pool,
+)
 from aioflow._process.pool_wire import Worker
 from aioflow.errors import PipelineError, WorkerDied
 from aioflow.stats.meters import StageMeter
@@ -113,6 +124,7 @@ class ProcessPool:
         self, workers: int, timeout: float | None, *, queued: bool = True, holds: int = CHUNK_MAX
     ) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None  # the run's, while attached
+        self.pid = os.getpid()  # the process whose workers these are (not a forked child)
         self.stage = ""
         self.config = (workers, timeout, queued)
         self.timeout = timeout
@@ -122,7 +134,7 @@ class ProcessPool:
         # within what its node declares it holds (``holds``: map's, 2 x workers + CHUNK_MAX)
         self.max_batch = max(1, holds // (2 * self.slots))
         self.workers: list[Worker] = []
-        self.graveyard: list[subprocess.Popen[bytes]] = []  # dead or killed, to reap
+        self.graveyard: list[Proc] = []  # dead or killed, to reap
         self.pending: deque[Batch] = deque()
         self.fns: list[tuple[Callable[..., Any], bytes]] = []
         self.broken: tuple[int | None, int | None, int | None] | None = None
@@ -220,8 +232,11 @@ class ProcessPool:
         return task.fut
 
     # -- closing ------------------------------------------------------------------------
-    def _shut(self) -> list[subprocess.Popen[bytes]]:
+    def _shut(self) -> list[Proc]:
         """Close every socket (idle workers end at once), kill busy ones; the processes."""
+        if self.pid != os.getpid():  # a forked child's copy (the fork hook did not run)
+            forget(self)
+            return []
         self.closed = True
         for t in self.pending:
             t.fut.cancel()
@@ -251,7 +266,7 @@ class ProcessPool:
                 p.wait()
 
     @staticmethod
-    async def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
+    async def _reap(procs: list[Proc]) -> None:
         deadline = monotonic() + 2.0
         while any(p.poll() is None for p in procs):
             if monotonic() > deadline:

@@ -1,4 +1,4 @@
-"""How a process pool lives between runs, and how it dies (see ``_process/pool``).
+"""How a process pool lives between runs, how it dies, and what a fork does to it.
 
 A run checks a stage's idle pool out (``checkout``) and gives it back at its end
 (``release``): the pool is then kept, warm and idle, for the next run of the same node
@@ -7,6 +7,15 @@ A run checks a stage's idle pool out (``checkout``) and gives it back at its end
 has an idle pool; then it is closed. An idle pool is closed by ``Pipeline.close()``
 (``close_nodes_pools``), by a ``weakref.finalize`` on its node (the pipeline became
 unreachable), and at interpreter exit (``atexit``).
+
+When the user's program forks (``os.fork``, multiprocessing's fork), the child gets a
+copy of every pool: its descriptors of the parent's worker sockets, and objects naming
+the parent's workers. ``os.register_at_fork`` makes the child ``forget`` them at once:
+it closes its copies of the descriptors (so it never holds a worker's socket open), and
+its pools are closed without touching the workers (never shut down, killed or waited
+for) or the loop (whose epoll set is the parent's too); its pipelines then start pools
+of their own. A pool also knows the pid it was made in: a copy in a process forked
+without the hook (``fork`` called from C) is forgotten, never closed, as well.
 
 Functions are shipped by value (``ship_by_value``): a top-level module of the user's own
 (a script, a test module) is pickled by value too, so that workers need not import it.
@@ -39,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "checkout",
     "close_nodes_pools",
+    "forget",
     "park",
     "release",
     "ship_by_value",
@@ -145,6 +155,39 @@ def _at_exit() -> None:
         if pool.finalizer is not None:
             pool.finalizer.detach()
         _close_idle(weakref.ref(pool))
+
+
+# -- a fork of the user's program ----------------------------------------------------
+def forget(pool: ProcessPool) -> None:
+    """Drop a forked child's copy of a parent's pool: its descriptors, not the workers."""
+    pool.closed = True
+    for t in pool.pending:  # (their futures are the parent's loop's: left as they are)
+        t.drop()
+    pool.pending.clear()
+    for w in pool.workers:
+        w.forget()
+    pool.workers.clear()
+    pool.graveyard.clear()
+    pool.loop = None
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _ship_lock
+    _lock = threading.Lock()  # (another thread of the parent may have held them)
+    _ship_lock = threading.Lock()
+    pools = list(_live)
+    idle = list(_idle.values())
+    _live.clear()
+    _idle.clear()
+    for pool in idle:
+        if pool.finalizer is not None:
+            pool.finalizer.detach()  # (else the child's exit would close it)
+            pool.finalizer = None
+    for pool in pools:
+        forget(pool)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # -- shipping functions by value ------------------------------------------------------

@@ -12,6 +12,7 @@ loop. ``read`` takes every whole message that has arrived.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 from aioflow._process import columns as _columns
 from aioflow._process import wire as _wire
 from aioflow._process import worker as _worker
+from aioflow._process.forks import Proc, fork_worker, start_server
 
 __all__ = ["Worker"]
 
@@ -45,7 +47,7 @@ class Worker:
 
     __slots__ = ("fns", "inbox", "loop", "out", "proc", "ready", "sock", "tasks", "writing")
 
-    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    def __init__(self, proc: Proc, sock: socket.socket) -> None:
         self.proc = proc
         self.sock = sock
         self.ready = False
@@ -58,15 +60,19 @@ class Worker:
 
     @classmethod
     def start(cls) -> Worker:
+        """A worker forked by the fork server (``_process/forks``), or a fresh interpreter."""
+        forked = start_server(sys.path)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, *flags, "-c", _BOOT, str(child.fileno()), *_FILES],
-                pass_fds=(child.fileno(),),
-                stdin=subprocess.DEVNULL,
-                process_group=0,
-            )
+            proc: Proc | None = fork_worker(child) if forked else None
+            if proc is None:
+                flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
+                proc = subprocess.Popen(
+                    [sys.executable, *flags, "-c", _BOOT, str(child.fileno()), *_FILES],
+                    pass_fds=(child.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    process_group=0,
+                )
         finally:
             child.close()
         parent.setblocking(False)
@@ -100,16 +106,30 @@ class Worker:
         self.writing = False
 
     def close(self, *, kill: bool) -> None:
-        """Close the socket (an idle worker then exits) and drop what was not sent."""
+        """Shut the socket down (an idle worker then exits) and drop what was not sent.
+
+        Shut down, not only closed: a child the user's program forked holds a copy of
+        the descriptor, and the worker would see no end-of-file until that child ends.
+        """
         self.unwatch()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.forget()
+        if kill:
+            self.proc.kill()
+
+    def forget(self) -> None:
+        """Close this process's descriptors of the worker, leaving the worker be: what a
+        forked child does with the parent's workers (it neither shuts their sockets down
+        nor touches the loop, whose epoll set it shares with the parent)."""
+        self.loop = None
+        self.writing = False
         self.sock.close()
         self.inbox.close()
         for _, fds in self.out:
             for fd in fds:
                 os.close(fd)
         self.out.clear()
-        if kill:
-            self.proc.kill()
 
     def post(self, obj: Any, fds: list[int]) -> None:
         """Send ``obj`` (``_wire.encode``; the descriptors are closed once sent)."""

@@ -11,7 +11,11 @@ Buffers of ``OOB_MIN`` bytes or more (numpy arrays) travel out of band, each in 
 anonymous shared-memory file of its own (``memfd_create``) whose descriptor goes with
 the message: there is no name to collide or to leak, the kernel frees the memory when
 the last mapping goes (even when a process is SIGKILLed), and a kept array pins only its
-own bytes. The receiver maps each one and closes the descriptor at once. Buffers of
+own bytes. The receiver maps each one and closes the descriptor at once; the sender has
+closed its own, so the mapping is the memory's only user. It is a private mapping
+(``MAP_PRIVATE``): read in place, copied page by page where it is written, so that it
+behaves as the receiver's own memory, also across a ``fork()`` of the user's (a write in
+the child or the parent is not seen by the other). Buffers of
 ``PART_MIN`` bytes or more but under ``OOB_MIN`` are copied, one after the other, into
 ``blob`` (several times faster than pickling them in), and each is copied out of it on
 arrival into memory of its own.
@@ -235,7 +239,7 @@ _libc: Any = None
 
 
 def _mapped(fd: int, n: int) -> memoryview:
-    """The ``n`` bytes of ``fd`` mapped (shared, writable), unmapped when no value uses them.
+    """The ``n`` bytes of ``fd`` mapped (private, writable), unmapped when no value uses them.
 
     Not ``mmap.mmap``: its object keeps a duplicate of the descriptor, so every kept
     result would hold an open file, and a few hundred kept results exhaust the limit.
@@ -252,7 +256,9 @@ def _mapped(fd: int, n: int) -> memoryview:
         _libc = libc
     libc = _libc
     flags = mmap.PROT_READ | mmap.PROT_WRITE
-    addr = libc.mmap(None, n, flags, mmap.MAP_SHARED, fd, 0)
+    # (private: no process but this one ever writes the file, and a forked child's
+    # writes, or this process's after the fork, stay in the process that makes them)
+    addr = libc.mmap(None, n, flags, mmap.MAP_PRIVATE, fd, 0)
     if addr is None or addr == ctypes.c_void_p(-1).value:  # MAP_FAILED
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

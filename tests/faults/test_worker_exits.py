@@ -39,10 +39,13 @@ def work(x):
 
 p = af.range(10**9).map(work, executor="process", concurrency=2)
 
-def worker_pids():  # the pool's worker processes (both start with it)
+def worker_pids():  # the pool's worker processes (both start with it): forked, or spawned
     import psutil
-    kids = psutil.Process().children()
-    return [c.pid for c in kids if "_process/worker.py" in " ".join(c.cmdline())]
+    from aioflow._process import forks
+    server = forks.server_pid()
+    kids = psutil.Process().children(recursive=True)
+    return [c.pid for c in kids if c.ppid() == server and c.status() != "zombie"
+            or c.pid != server and "_process/worker.py" in " ".join(c.cmdline())]
 """
 
 BUSY, HUNG = 0.005, 3600.0  # seconds a call takes after the first item

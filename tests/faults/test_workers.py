@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 import aioflow as af
+from aioflow._process import forks
 from tests.faults import _procfns as fns
 from tests.faults._procfns import Boom
 from tests.faults.conftest import settle
@@ -42,11 +43,14 @@ def _alive(pid: int) -> bool:
 
 
 def workers() -> list[int]:
-    """Pids of the live worker processes of this process (children running ``_worker``)."""
+    """Pids of the live worker processes of this process: children running ``_worker``,
+    and the children of its fork server (``_process/forks``)."""
+    server = forks.server_pid()
     out = []
-    for c in psutil.Process().children():
+    for c in psutil.Process().children(recursive=True):
         try:
-            if "_process/worker.py" in " ".join(c.cmdline()) and _alive(c.pid):
+            spawned = c.ppid() == os.getpid() and "_process/worker.py" in " ".join(c.cmdline())
+            if (spawned or (server is not None and c.ppid() == server)) and _alive(c.pid):
                 out.append(c.pid)
         except psutil.NoSuchProcess:
             continue

@@ -1,0 +1,140 @@
+"""Workers forked from a fork server, a copy of the program (issue 27, point 6).
+
+A worker that starts as a fresh interpreter imports what its function needs (torch:
+seconds) before its first call; forked from a copy of the program made when its first
+pool started, it finds those libraries loaded. These scenarios check what the copy must
+keep (libraries), what it must not (the program's own modules, numpy's random state,
+the program's threads), and that nothing of it outlives the program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import psutil
+
+import aioflow as af
+from aioflow._process import forks
+from tests.faults.test_workers import still_alive, workers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _numpy_there(x: int) -> tuple[int, int]:
+    return id(sys.modules.get("numpy")), os.getpid()
+
+
+def test_workers_find_the_libraries_the_program_imported_before_its_first_pool():
+    with af.range(4).map(_numpy_there, executor="process", concurrency=2) as p:
+        got = p.to_list()
+        pids = set(workers())
+    assert {numpy_id for numpy_id, _ in got} == {id(np)}  # the program's numpy, not anew
+    assert {pid for _, pid in got} <= pids
+    assert still_alive(pids) == []
+
+
+def _draw(x: int) -> tuple[int, int]:
+    import time
+
+    time.sleep(0.02)  # (one item per batch: both workers draw)
+    return os.getpid(), int(np.random.randint(1 << 62))
+
+
+def test_each_forked_worker_draws_its_own_numpy_random_numbers():
+    np.random.seed(0)  # the program's state: a worker must not draw the same numbers
+    with af.range(8).map(_draw, executor="process", concurrency=2) as p:
+        got = p.to_list()
+    by_worker: dict[int, set[int]] = {}
+    for pid, n in got:
+        by_worker.setdefault(pid, set()).add(n)
+    assert len(by_worker) == 2
+    first, second = by_worker.values()
+    assert not first & second
+    assert np.random.randint(1 << 62) == np.random.RandomState(0).randint(1 << 62)
+
+
+SCRIPT = """
+import json, os, sys, threading, time
+import numpy as np
+import aioflow as af
+from aioflow._process import forks
+
+def where(x):
+    return os.getpid(), id(sys.modules.get("numpy"))
+
+stop = threading.Event()
+t = threading.Thread(target=stop.wait)
+t.start()  # another thread: no fork of this process, fresh interpreters
+with af.range(4).map(where, executor="process", concurrency=2) as p:
+    threaded = p.to_list()
+server_then = forks.server_pid()
+stop.set()
+t.join()
+p = af.range(4).map(where, executor="process", concurrency=2)
+alone = p.to_list()
+print(json.dumps({
+    "threaded": [n == id(np) for _, n in threaded], "alone": [n == id(np) for _, n in alone],
+    "server_then": server_then, "server": forks.server_pid(),
+    "pids": sorted({pid for pid, _ in alone}),
+}), flush=True)
+if sys.argv[1:] == ["stay"]:
+    time.sleep(3600)
+"""
+
+
+def _run(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        start_new_session=True,
+    )
+
+
+def test_no_fork_while_the_program_runs_another_thread_then_a_server_once_alone():
+    proc = _run()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    got = json.loads(out)
+    assert got["threaded"] == [False] * 4  # fresh interpreters
+    assert got["server_then"] is None
+    assert got["alone"] == [True] * 4 and got["server"] is not None
+    assert still_alive([got["server"], *got["pids"]]) == []  # all gone with the program
+
+
+def test_the_fork_server_and_its_workers_end_when_the_program_is_sigkilled():
+    proc = _run("stay")
+    try:
+        assert proc.stdout is not None
+        got = json.loads(proc.stdout.readline())
+        everyone = [got["server"], *got["pids"]]
+        assert len(still_alive(everyone, deadline=0)) == len(everyone)  # server, workers
+        proc.kill()
+        assert proc.wait(5) == -signal.SIGKILL
+        left = still_alive(everyone)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    assert left == []
+
+
+def test_a_killed_fork_server_is_reaped_and_replaced():
+    server = forks.server_pid()
+    assert server is not None
+    os.kill(server, signal.SIGKILL)
+    assert still_alive([server]) == []
+    with af.range(4).map(_numpy_there, executor="process", concurrency=2) as p:
+        assert len(p.to_list()) == 4  # (a fresh interpreter, then forks of a new server)
+        pids = set(workers())
+    assert forks.server_pid() not in (None, server)
+    assert not psutil.pid_exists(server)  # reaped: not even a zombie is left
+    assert still_alive(pids) == []
