@@ -353,8 +353,42 @@ class PipelineIterator(_Resumable, Generic[T]):
             return self._fetch()
 
     def _fetch(self) -> T:
-        if self._done:
+        chunks = self._take()
+        if chunks is None:
             raise StopIteration
+        buf = self._buf
+        for c in chunks:
+            buf.extend(c)
+        self._count += 1
+        return buf.popleft()
+
+    def _chunks(self) -> Iterator[Chunk]:
+        """The items left, a chunk at a time: what ``for x in pipeline`` iterates.
+
+        ``Pipeline.__iter__`` reads a ``for`` loop's items from these lists (a list's own
+        iterator, at C speed) instead of calling ``__next__`` in Python for each. The
+        items of a chunk are counted when it is handed out: that loop's iterator is its
+        own, so no state is taken from it.
+        """
+        buf = self._buf
+        if buf:
+            rest = list(buf)
+            buf.clear()
+            self._count += len(rest)
+            yield rest
+        while True:
+            with self._lock:
+                chunks = self._take()
+            if chunks is None:
+                return
+            for c in chunks:
+                self._count += len(c)
+                yield c
+
+    def _take(self) -> list[Chunk] | None:
+        """The chunks the run has ready (starting it first), waiting for one; None at the end."""
+        if self._done:
+            return None
         chan = self._chan
         if chan is None:
             prestart(self._pipeline)  # process workers boot while the run starts
@@ -376,12 +410,7 @@ class PipelineIterator(_Resumable, Generic[T]):
             raise
         if chunks is None:
             self.close()
-            raise StopIteration
-        buf = self._buf
-        for c in chunks:
-            buf.extend(c)
-        self._count += 1
-        return buf.popleft()
+        return chunks
 
     def close(self) -> None:
         """Stop the run: cancel its tasks, wait for them and for its thread. Idempotent."""

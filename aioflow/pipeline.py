@@ -115,7 +115,8 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
     def __iter__(self) -> Iterator[T]:
         # a generator, so that `break` (the generator is dropped) closes the run at once
         with self.iter() as it:
-            yield from it
+            for chunk in it._chunks():
+                yield from chunk
 
     def __aiter__(self) -> AsyncPipelineIterator[T]:
         return self.aiter()
