@@ -67,7 +67,9 @@ class S3Server:
         app = wsgi.app
 
         def logged(environ: dict[str, Any], start_response: Any) -> Any:
-            req = Request(environ["REQUEST_METHOD"], environ["PATH_INFO"], environ.get("HTTP_RANGE"))
+            req = Request(
+                environ["REQUEST_METHOD"], environ["PATH_INFO"], environ.get("HTTP_RANGE")
+            )
             with self._lock:
                 self.requests.append(req)
             if self.hold is not None:

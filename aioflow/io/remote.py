@@ -10,6 +10,7 @@ ends. A synchronous one (``memory://``, ...) is read in the loop's thread pool.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import inspect
 from typing import TYPE_CHECKING, Any
@@ -37,9 +38,32 @@ def protocol_of(url: str) -> str:
 
 
 def glob_url(pattern: str) -> list[str]:
-    """The files (not directories) a URL glob pattern matches, as URLs (``list_files``)."""
-    fs, path = _fsspec().core.url_to_fs(pattern)
-    found = fs.glob(path, detail=True)
+    """The files (not directories) a URL glob pattern matches, as URLs (``list_files``).
+
+    An asynchronous file system (S3, GCS, HTTP) is made for this listing alone, on an event
+    loop of its own in a thread, and closed after it: no instance cached by fsspec keeps an
+    endpoint or credentials from an earlier configuration, and nothing is left running.
+    """
+    fsspec = _fsspec()
+    if "::" not in pattern:
+        cls = fsspec.get_filesystem_class(protocol_of(pattern))
+        if getattr(cls, "async_impl", False):
+            with concurrent.futures.ThreadPoolExecutor(1, "aioflow-list") as ex:
+                urls: list[str] = ex.submit(asyncio.run, _glob_async(cls, pattern)).result()
+            return urls
+    fs, path = fsspec.core.url_to_fs(pattern)
+    return _files(fs, fs.glob(path, detail=True))
+
+
+async def _glob_async(cls: Any, pattern: str) -> list[str]:
+    fs = cls(asynchronous=True, skip_instance_cache=True, loop=asyncio.get_running_loop())
+    try:
+        return _files(fs, await fs._glob(cls._strip_protocol(pattern), detail=True))
+    finally:
+        await _close_async(fs)
+
+
+def _files(fs: Any, found: dict[str, Any]) -> list[str]:
     return [
         fs.unstrip_protocol(name)
         for name, info in found.items()
