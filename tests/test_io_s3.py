@@ -69,6 +69,7 @@ READERS = {
     "npy": af.read_npy,
     "tfrecord": af.read_tfrecord,
     "tar": af.read_tar,
+    "parquet": af.read_parquet,
 }
 
 

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import errno
 import inspect
+import io
 from typing import TYPE_CHECKING, Any
 
 from aioflow._core.run import Ctx
@@ -20,7 +21,7 @@ from aioflow._core.run import Ctx
 if TYPE_CHECKING:
     from aioflow.io._streams import ByteStream
 
-__all__ = ["glob_url", "open_url"]
+__all__ = ["glob_url", "open_url", "open_url_sync"]
 
 _INSTALL = "reading URLs needs fsspec: pip install 'aioflow[remote]'"
 
@@ -211,3 +212,70 @@ async def open_url(url: str, ctx: Ctx) -> ByteStream:
     except FileNotFoundError as e:
         raise FileNotFoundError(2, f"No such file: {url!r}", url) from e
     return _ThreadStream(f)
+
+
+class _LoopFile(io.RawIOBase):
+    """A seekable binary file for synchronous readers (pyarrow) running in a thread while
+    the run's loop runs: each read is a ranged ``_cat_file`` on the run's async file
+    system, sent to its loop. A loop that closes under a read fails it, never hangs it."""
+
+    def __init__(self, fs: Any, path: str, url: str, size: int, loop: Any) -> None:
+        super().__init__()
+        self._fs, self._path, self._url, self._loop = fs, path, url, loop
+        self._size, self._pos = size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        if self._pos >= self._size:
+            return 0
+        end = min(self._size, self._pos + len(b))
+        coro = self._fs._cat_file(self._path, start=self._pos, end=end)
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        while True:
+            try:
+                data: bytes = fut.result(timeout=0.5)
+                break
+            except concurrent.futures.TimeoutError:
+                if self._loop.is_closed() or not self._loop.is_running():
+                    fut.cancel()
+                    msg = f"the run ended under a read of {self._url!r}"
+                    raise OSError(errno.EIO, msg) from None
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+async def open_url_sync(url: str, ctx: Ctx) -> Any:
+    """A URL opened as a synchronous, seekable binary file, for a reader that runs in a
+    thread (``read_parquet``); ``FileNotFoundError`` naming it when it is missing.
+
+    An async file system is the run's own (its configuration, closed when the run ends);
+    its reads go to the run's loop, so no fsspec I/O thread is started.
+    """
+    fs = await _filesystem(url, ctx)
+    path = type(fs)._strip_protocol(url)
+    if getattr(fs, "async_impl", False):
+        try:
+            info = await fs._info(path)
+        except FileNotFoundError as e:
+            raise _missing_or_http_error(url, e) from e
+        loop = asyncio.get_running_loop()
+        raw = _LoopFile(fs, path, url, int(info["size"]), loop)
+        return io.BufferedReader(raw, buffer_size=1024 * 1024)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, fs.open, path, "rb")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(2, f"No such file: {url!r}", url) from e
