@@ -111,3 +111,71 @@ def test_the_endpoint_from_aws_endpoint_url_alone(shards, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
     got = af.list_files(f"s3://{BUCKET}/train-*.jsonl").flat_map(af.read_bytes).to_list()
     assert got == [(local / n).read_bytes() for n in names["jsonl"]]
+
+
+# -- faults through the same server ------------------------------------------------------
+@pytest.mark.parametrize("fmt", sorted(READERS))
+def test_a_missing_key_raises_file_not_found_naming_the_url(s3, fmt, no_leaks):
+    url = f"s3://{BUCKET}/nope/train-999.{fmt}"
+    with pytest.raises(FileNotFoundError, match=r"s3://aioflow-test/nope/train-999"):
+        READERS[fmt](url).to_list()
+
+
+def test_a_pattern_matching_no_key_raises_file_not_found_naming_it(s3):
+    with pytest.raises(FileNotFoundError, match=r"s3://aioflow-test/nothing-\*"):
+        af.list_files(f"s3://{BUCKET}/nothing-*")
+
+
+def _big_jsonl(d, name: str = "big.jsonl", rows: int = 60_000) -> bytes:
+    data = "".join(json.dumps({"i": i, "pad": "x" * 80}) + "\n" for i in range(rows)).encode()
+    (d / name).write_bytes(data)
+    return data
+
+
+def test_an_object_deleted_mid_read_is_read_whole_or_not_found_never_cut(s3, tmp_path, no_leaks):
+    """A streamed GET (the line readers) sees the object as it was when the read began;
+    ranged reads (read_parquet) find it gone: ``FileNotFoundError`` naming it."""
+    data = _big_jsonl(tmp_path)
+    rows = 2_000_000
+    pq.write_table(
+        pa.table({"i": list(range(rows))}), tmp_path / "big.parquet", row_group_size=100_000
+    )
+    upload_dir(s3, tmp_path)
+    c = s3.client()
+    got = []
+    with af.read_lines(f"s3://{BUCKET}/big.jsonl").iter() as it:
+        for line in it:
+            if not got:
+                c.delete_object(Bucket=BUCKET, Key="big.jsonl")
+            got.append(line)
+    assert "".join(s + "\n" for s in got).encode() == data
+    ranged: list[str | None] = []
+
+    def delete_before_the_first_data_read(req):  # the footer is read first, then the data
+        if req.method == "GET" and "big.parquet" in req.path and req.range:
+            ranged.append(req.range)
+            if len(ranged) == 2:
+                c.delete_object(Bucket=BUCKET, Key="big.parquet")
+
+    s3.hold = delete_before_the_first_data_read
+    p = af.read_parquet(f"s3://{BUCKET}/big.parquet", batches=True, batch_size=100_000)
+    with pytest.raises(FileNotFoundError, match=r"s3://aioflow-test/big\.parquet"):
+        p.to_list()
+    assert len(ranged) == 2
+
+
+def test_refused_credentials_raise_permission_error_naming_the_url(
+    s3, tmp_path, monkeypatch, no_leaks
+):
+    from moto import settings
+
+    _big_jsonl(tmp_path, rows=10)
+    upload_dir(s3, tmp_path)
+    # the server checks every request's access key against its IAM users, which have none
+    with monkeypatch.context() as m:
+        m.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+        with pytest.raises(PermissionError, match=r"s3://aioflow-test/\*\.jsonl"):
+            af.list_files(f"s3://{BUCKET}/*.jsonl")
+        for read in (af.read_jsonl, af.read_bytes, af.read_parquet):
+            with pytest.raises(PermissionError, match=r"s3://aioflow-test/big\.jsonl"):
+                read(f"s3://{BUCKET}/big.jsonl").to_list()

@@ -60,8 +60,28 @@ async def _glob_async(cls: Any, pattern: str) -> list[str]:
     fs = cls(asynchronous=True, skip_instance_cache=True, loop=asyncio.get_running_loop())
     try:
         return _files(fs, await fs._glob(cls._strip_protocol(pattern), detail=True))
+    except FileNotFoundError:
+        return []  # list_files says no file matches the pattern
+    except OSError as e:
+        raise named(pattern, e) from e
     finally:
         await _close_async(fs)
+
+
+def named(url: str, e: OSError) -> OSError:
+    """``e`` as an error of its kind that names ``url`` (s3fs says "Forbidden", "The
+    specified key does not exist."), ``e`` itself if it names it already."""
+    if url in str(e):
+        return e
+    what = e.strerror or str(e) or type(e).__name__
+    if isinstance(e, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, f"No such file: {url!r} ({what})", url)
+    if isinstance(e, PermissionError):
+        return PermissionError(errno.EACCES, f"Access denied to {url!r} ({what})", url)
+    try:
+        return type(e)(e.errno or errno.EIO, f"{what}: {url!r}", url)
+    except Exception:
+        return OSError(e.errno or errno.EIO, f"{what}: {url!r}", url)
 
 
 def _files(fs: Any, found: dict[str, Any]) -> list[str]:
@@ -105,13 +125,16 @@ async def _close_async(fs: Any) -> None:
 
 
 class _AsyncFileStream:
-    __slots__ = ("_f",)
+    __slots__ = ("_f", "_url")
 
-    def __init__(self, f: Any) -> None:
-        self._f = f
+    def __init__(self, f: Any, url: str) -> None:
+        self._f, self._url = f, url
 
     async def read(self, n: int) -> bytes:
-        data: bytes = await self._f.read(n)
+        try:
+            data: bytes = await self._f.read(n)
+        except OSError as e:
+            raise named(self._url, e) from e
         return data
 
     async def aclose(self) -> None:
@@ -127,16 +150,19 @@ class _AsyncFileStream:
 class _RangeStream:
     """For async file systems without ``open_async``: ranged ``_cat_file`` reads."""
 
-    __slots__ = ("_fs", "_path", "_pos", "_size")
+    __slots__ = ("_fs", "_path", "_pos", "_size", "_url")
 
-    def __init__(self, fs: Any, path: str, size: int) -> None:
-        self._fs, self._path, self._pos, self._size = fs, path, 0, size
+    def __init__(self, fs: Any, path: str, size: int, url: str) -> None:
+        self._fs, self._path, self._pos, self._size, self._url = fs, path, 0, size, url
 
     async def read(self, n: int) -> bytes:
         if self._pos >= self._size:
             return b""
         end = min(self._size, self._pos + n)
-        data: bytes = await self._fs._cat_file(self._path, start=self._pos, end=end)
+        try:
+            data: bytes = await self._fs._cat_file(self._path, start=self._pos, end=end)
+        except OSError as e:
+            raise named(self._url, e) from e
         self._pos += len(data)
         return data
 
@@ -201,12 +227,14 @@ async def open_url(url: str, ctx: Ctx) -> ByteStream:
             info = await fs._info(path)
         except FileNotFoundError as e:
             raise _missing_or_http_error(url, e) from e
+        except OSError as e:  # s3fs: PermissionError("Forbidden") for refused credentials
+            raise named(url, e) from e
         kw = {"size": info.get("size")} if protocol_of(url) in ("http", "https") else {}
         try:
             f = await fs.open_async(path, "rb", **kw)
         except NotImplementedError:
-            return _RangeStream(fs, path, int(info["size"]))
-        return _AsyncFileStream(f)
+            return _RangeStream(fs, path, int(info["size"]), url)
+        return _AsyncFileStream(f, url)
     try:
         f = await asyncio.get_running_loop().run_in_executor(None, fs.open, path, "rb")
     except FileNotFoundError as e:
@@ -248,6 +276,8 @@ class _LoopFile(io.RawIOBase):
             try:
                 data: bytes = fut.result(timeout=0.5)
                 break
+            except OSError as e:
+                raise named(self._url, e) from e
             except concurrent.futures.TimeoutError:
                 if self._loop.is_closed() or not self._loop.is_running():
                     fut.cancel()
@@ -272,6 +302,8 @@ async def open_url_sync(url: str, ctx: Ctx) -> Any:
             info = await fs._info(path)
         except FileNotFoundError as e:
             raise _missing_or_http_error(url, e) from e
+        except OSError as e:  # s3fs: PermissionError("Forbidden") for refused credentials
+            raise named(url, e) from e
         loop = asyncio.get_running_loop()
         raw = _LoopFile(fs, path, url, int(info["size"]), loop)
         return io.BufferedReader(raw, buffer_size=1024 * 1024)
