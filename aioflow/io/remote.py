@@ -62,15 +62,29 @@ async def _glob_async(cls: Any, pattern: str) -> list[str]:
         return _files(fs, await fs._glob(cls._strip_protocol(pattern), detail=True))
     except FileNotFoundError:
         return []  # list_files says no file matches the pattern
-    except OSError as e:
+    except Exception as e:
+        if not isinstance(e, OSError) and not connection_failed(e):
+            raise
         raise named(pattern, e) from e
     finally:
         await _close_async(fs)
 
 
-def named(url: str, e: OSError) -> OSError:
+_CONNECTION = {"ConnectionError", "HTTPClientError"}  # botocore's, which are not OSErrors
+
+
+def connection_failed(e: BaseException) -> bool:
+    """An error of the connection to a store that is not an ``OSError`` (botocore's
+    ``EndpointConnectionError``, ``ConnectionClosedError``, ``ReadTimeoutError``, ...)."""
+    return not isinstance(e, OSError) and any(c.__name__ in _CONNECTION for c in type(e).__mro__)
+
+
+def named(url: str, e: BaseException) -> OSError:
     """``e`` as an error of its kind that names ``url`` (s3fs says "Forbidden", "The
-    specified key does not exist."), ``e`` itself if it names it already."""
+    specified key does not exist."), ``e`` itself if it names it already; a failed
+    connection (``connection_failed``) is a ``ConnectionError``."""
+    if not isinstance(e, OSError):
+        return ConnectionError(errno.EIO, str(e), url)
     if url in str(e):
         return e
     what = e.strerror or str(e) or type(e).__name__
@@ -133,7 +147,9 @@ class _AsyncFileStream:
     async def read(self, n: int) -> bytes:
         try:
             data: bytes = await self._f.read(n)
-        except OSError as e:
+        except Exception as e:
+            if not isinstance(e, OSError) and not connection_failed(e):
+                raise
             raise named(self._url, e) from e
         return data
 
@@ -161,7 +177,9 @@ class _RangeStream:
         end = min(self._size, self._pos + n)
         try:
             data: bytes = await self._fs._cat_file(self._path, start=self._pos, end=end)
-        except OSError as e:
+        except Exception as e:
+            if not isinstance(e, OSError) and not connection_failed(e):
+                raise
             raise named(self._url, e) from e
         self._pos += len(data)
         return data
@@ -227,7 +245,9 @@ async def open_url(url: str, ctx: Ctx) -> ByteStream:
             info = await fs._info(path)
         except FileNotFoundError as e:
             raise _missing_or_http_error(url, e) from e
-        except OSError as e:  # s3fs: PermissionError("Forbidden") for refused credentials
+        except Exception as e:  # s3fs: PermissionError("Forbidden") for refused credentials
+            if not isinstance(e, OSError) and not connection_failed(e):
+                raise
             raise named(url, e) from e
         kw = {"size": info.get("size")} if protocol_of(url) in ("http", "https") else {}
         try:
@@ -276,7 +296,9 @@ class _LoopFile(io.RawIOBase):
             try:
                 data: bytes = fut.result(timeout=0.5)
                 break
-            except OSError as e:
+            except Exception as e:
+                if not isinstance(e, OSError) and not connection_failed(e):
+                    raise
                 raise named(self._url, e) from e
             except concurrent.futures.TimeoutError:
                 if self._loop.is_closed() or not self._loop.is_running():
@@ -302,7 +324,9 @@ async def open_url_sync(url: str, ctx: Ctx) -> Any:
             info = await fs._info(path)
         except FileNotFoundError as e:
             raise _missing_or_http_error(url, e) from e
-        except OSError as e:  # s3fs: PermissionError("Forbidden") for refused credentials
+        except Exception as e:  # s3fs: PermissionError("Forbidden") for refused credentials
+            if not isinstance(e, OSError) and not connection_failed(e):
+                raise
             raise named(url, e) from e
         loop = asyncio.get_running_loop()
         raw = _LoopFile(fs, path, url, int(info["size"]), loop)
