@@ -179,3 +179,19 @@ def s3(_s3_server, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         for obj in c.list_objects_v2(Bucket=BUCKET).get("Contents", []):
             c.delete_object(Bucket=BUCKET, Key=obj["Key"])
         c.delete_bucket(Bucket=BUCKET)
+
+
+@pytest.fixture
+def own_s3(monkeypatch):
+    """A moto server of this test alone (it may stop it), configured as ``s3``."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    from _s3_server import BUCKET, S3Server
+
+    server = S3Server()
+    server.start()
+    try:
+        with server.configured(monkeypatch):
+            server.client().create_bucket(Bucket=BUCKET)
+            yield server
+    finally:
+        server.stop()

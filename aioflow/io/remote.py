@@ -38,8 +38,9 @@ def protocol_of(url: str) -> str:
     return url.partition("://")[0].lower()
 
 
-def glob_url(pattern: str) -> list[str]:
-    """The files (not directories) a URL glob pattern matches, as URLs (``list_files``).
+def glob_url(pattern: str) -> dict[str, dict[str, Any]]:
+    """The files (not directories) a URL glob pattern matches: their URLs, and what the
+    listing said of each (``size``, ``ETag``, ...) for ``list_files``.
 
     An asynchronous file system (S3, GCS, HTTP) is made for this listing alone, on an event
     loop of its own in a thread, and closed after it: no instance cached by fsspec keeps an
@@ -50,18 +51,19 @@ def glob_url(pattern: str) -> list[str]:
         cls = fsspec.get_filesystem_class(protocol_of(pattern))
         if getattr(cls, "async_impl", False):
             with concurrent.futures.ThreadPoolExecutor(1, "aioflow-list") as ex:
-                urls: list[str] = ex.submit(asyncio.run, _glob_async(cls, pattern)).result()
+                urls: dict[str, dict[str, Any]]
+                urls = ex.submit(asyncio.run, _glob_async(cls, pattern)).result()
             return urls
     fs, path = fsspec.core.url_to_fs(pattern)
     return _files(fs, fs.glob(path, detail=True))
 
 
-async def _glob_async(cls: Any, pattern: str) -> list[str]:
+async def _glob_async(cls: Any, pattern: str) -> dict[str, dict[str, Any]]:
     fs = cls(asynchronous=True, skip_instance_cache=True, loop=asyncio.get_running_loop())
     try:
         return _files(fs, await fs._glob(cls._strip_protocol(pattern), detail=True))
     except FileNotFoundError:
-        return []  # list_files says no file matches the pattern
+        return {}  # list_files says no file matches the pattern
     except Exception as e:
         if not isinstance(e, OSError) and not connection_failed(e):
             raise
@@ -98,12 +100,12 @@ def named(url: str, e: BaseException) -> OSError:
         return OSError(e.errno or errno.EIO, f"{what}: {url!r}", url)
 
 
-def _files(fs: Any, found: dict[str, Any]) -> list[str]:
-    return [
-        fs.unstrip_protocol(name)
+def _files(fs: Any, found: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        fs.unstrip_protocol(name): info
         for name, info in found.items()
         if info.get("type", "file") != "directory"
-    ]
+    }
 
 
 async def _filesystem(url: str, ctx: Ctx) -> Any:
