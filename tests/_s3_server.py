@@ -86,6 +86,15 @@ class S3Server:
             if wsgi is not None:
                 wsgi.server_close()  # the listening socket too: a new connection is refused
 
+    @staticmethod
+    def reset_state() -> None:
+        """Forget every bucket and object: moto keeps them per process, not per server."""
+        from moto.backends import get_backend
+
+        for per_account in get_backend("s3").values():
+            for backend in per_account.values():
+                backend.reset()
+
     def gets(self, key_part: str = "") -> list[Request]:
         """The GETs of objects (not listings) whose path contains ``key_part``."""
         with self._lock:

@@ -195,3 +195,5 @@ def own_s3(monkeypatch):
             yield server
     finally:
         server.stop()
+        # moto's state is the process's, shared by every server: forget what this one made
+        server.reset_state()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -39,7 +40,14 @@ def read(path: str) -> bytes:
 
 
 def cache_files(d) -> dict[str, int]:
-    return {e.name: e.stat().st_size for e in os.scandir(d)} if d.exists() else {}
+    """name -> size of the files in ``d`` (a download may rename or delete one meanwhile)."""
+    out = {}
+    for name in os.listdir(d) if d.exists() else []:
+        try:
+            out[name] = os.stat(d / name).st_size
+        except FileNotFoundError:
+            pass
+    return out
 
 
 def test_the_second_epoch_reads_the_cache_and_asks_the_server_nothing(remote, no_leaks):
@@ -178,3 +186,27 @@ def test_local_files_are_listed_as_they_are_with_a_cache_dir(tmp_path):
     files = af.list_files(str(tmp_path / "*.txt"), cache_dir=tmp_path / "cache")
     assert list(files) == [str(tmp_path / "a.txt")]
     assert not (tmp_path / "cache").exists()
+
+
+def test_two_runs_of_one_process_share_the_cache_without_losing_a_download(s3, tmp_path):
+    """A run opening the cache leaves the downloads in flight of another run alone."""
+    local = tmp_path / "local"
+    local.mkdir()
+    shards = write_jsonl_shards(local, 6, rows=20_000)
+    upload_dir(s3, local)
+    files = af.list_files(f"s3://{BUCKET}/train-*", cache_dir=tmp_path / "cache", cache_ahead=5)
+    started = threading.Event()
+
+    def slow(req):  # the other shards' downloads are in flight when the second run opens
+        if req.method == "GET" and "train-00" not in req.path and req.path.count("/") >= 2:
+            started.set()
+            time.sleep(1.0)
+
+    s3.hold = slow
+    with files.iter() as one:
+        first = next(one)  # the other five download in the background
+        assert started.wait(10)
+        with files.iter() as two:
+            second = next(two)  # this run opened the cache while those were in flight
+            assert [read(p) for p in [first, *one]] == shards
+            assert [read(p) for p in [second, *two]] == shards

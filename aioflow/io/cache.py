@@ -82,15 +82,16 @@ class ShardCache:
         os.makedirs(directory, exist_ok=True)
         # name -> (size, last use); in memory for the run, the files' mtimes across runs
         self.entries: dict[str, tuple[int, float]] = {}
-        for e in os.scandir(directory):
-            m = _PART.search(e.name)
-            if m is not None:
-                if not _alive(int(m.group(1))) or int(m.group(1)) == os.getpid():
-                    _remove(e.path)  # a download that never finished
-                continue
-            if e.is_file():
-                st = e.stat()
-                self.entries[e.name] = (st.st_size, st.st_mtime)
+        with os.scandir(directory) as found:
+            for e in found:
+                m = _PART.search(e.name)
+                if m is not None:
+                    if not _alive(int(m.group(1))):
+                        _remove(e.path)  # a download that never finished
+                    continue
+                if e.is_file():
+                    st = e.stat()
+                    self.entries[e.name] = (st.st_size, st.st_mtime)
         self.reserved: dict[str, int] = {}  # downloads in flight
         self.pinned: collections.Counter[str] = collections.Counter()
 
