@@ -12,7 +12,8 @@ single-part S3 upload), then renamed atomically: a half-written file is never ta
 a shard, and one left by a killed process is removed when a later run opens the cache.
 Past ``limit`` bytes the least recently used shards are deleted, never one in use: being
 downloaded, downloaded but not yet listed, or among the last ``PINNED`` listed (the ones
-the readers may not have opened yet). A ``cache_dir`` serves one pipeline at a time.
+the readers may not have opened yet). Runs in one process may share a ``cache_dir``;
+processes should not (each limits and pins only what it knows of).
 """
 
 from __future__ import annotations
