@@ -151,3 +151,51 @@ def _warm_up_event_loops() -> None:
         loop = uvloop.new_event_loop()
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
+
+
+# -- a real S3 API (moto's server): tests/_s3_server.py --------------------------------
+@pytest.fixture(scope="session")
+def _s3_server() -> Iterator[object]:
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    pytest.importorskip("s3fs", reason="s3fs is not installed")
+    from _s3_server import S3Server
+
+    server = S3Server()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(_s3_server, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """The session's moto S3 server, aioflow pointed at it, an empty bucket ``BUCKET``."""
+    from _s3_server import BUCKET
+
+    server = _s3_server
+    with server.configured(monkeypatch):
+        c = server.client()
+        c.create_bucket(Bucket=BUCKET)
+        server.requests.clear()
+        yield server
+        server.hold = None
+        for obj in c.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+            c.delete_object(Bucket=BUCKET, Key=obj["Key"])
+        c.delete_bucket(Bucket=BUCKET)
+
+
+@pytest.fixture
+def own_s3(monkeypatch):
+    """A moto server of this test alone (it may stop it), configured as ``s3``."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    from _s3_server import BUCKET, S3Server
+
+    server = S3Server()
+    server.start()
+    try:
+        with server.configured(monkeypatch):
+            server.client().create_bucket(Bucket=BUCKET)
+            yield server
+    finally:
+        server.stop()
+        # moto's state is the process's, shared by every server: forget what this one made
+        server.reset_state()

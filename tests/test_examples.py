@@ -1,4 +1,4 @@
-"""The examples run: the torch training scripts, and the quickstart notebook in a kernel."""
+"""The examples run: the torch and JAX training scripts, and the quickstart notebook."""
 
 from __future__ import annotations
 
@@ -62,6 +62,29 @@ def test_async_trainer_trains_while_logging_and_checkpointing(no_leaks):
     assert res["log"][-1] == "saved final.pt"
     assert len(res["checkpoints"]) >= 1
     assert sum(m.startswith("checkpoint") for m in res["log"]) == len(res["checkpoints"])
+
+
+JAX_MISSING = "jax is not installed (the test extra installs it wherever a jaxlib wheel exists)"
+
+
+def test_jax_train_learns_from_jax_batches(no_leaks):
+    pytest.importorskip("jax", reason=JAX_MISSING)
+    res = load_example("jax_train").main(epochs=2, quiet=True)
+    assert len(res["losses"]) == 2
+    assert res["losses"][-1] < res["losses"][0]
+    assert res["accuracy"] > 0.95
+
+
+def test_jax_train_runs_as_a_script():
+    pytest.importorskip("jax", reason=JAX_MISSING)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "jax_train.py"), "--epochs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=True,
+    )
+    assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["epoch 0"]
 
 
 # -- the notebook -------------------------------------------------------------------------

@@ -9,7 +9,9 @@ import pytest
 
 import aioflow as af
 
-jax = pytest.importorskip("jax")
+jax = pytest.importorskip(
+    "jax", reason="jax is not installed (the test extra installs it wherever a jaxlib wheel exists)"
+)
 
 Pair = namedtuple("Pair", "x y")
 

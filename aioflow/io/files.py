@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aioflow._calls.maps import ErrorPolicy
 from aioflow._core.base import pipeline_of
-from aioflow._core.run import CHUNK_MAX, ChunkIter, Ctx, Hints, Node, Opener
+from aioflow._core.run import CHUNK_MAX, ChunkIter, Ctx, Hints, Node, Opener, aclosing
 from aioflow._state.logs import COUNTED, SeekLog, counted_source
 from aioflow._state.splits import FileSplits
 from aioflow.errors import PipelineError
@@ -35,6 +35,7 @@ from aioflow.io._streams import (
     open_stream,
     reader,
 )
+from aioflow.io.cache import ShardCache, cached_files, check_cache
 from aioflow.io.remote import glob_url
 
 if TYPE_CHECKING:
@@ -51,10 +52,11 @@ def chunked(items: list[Any]) -> list[list[Any]]:
 
 
 # -- list_files -------------------------------------------------------------------------
-def _glob(pattern: str) -> list[str]:
+def _glob(pattern: str) -> dict[str, dict[str, Any]]:
+    """The files ``pattern`` matches, with what the listing said of each (remote ones)."""
     if is_url(pattern):
         return glob_url(pattern)
-    return [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
+    return {p: {} for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)}
 
 
 def list_files(
@@ -62,6 +64,9 @@ def list_files(
     *,
     shuffle: bool = False,
     seed: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_limit: int | None = None,
+    cache_ahead: int = 2,
 ) -> Pipeline[str]:
     """The paths of the files matching glob pattern(s), sorted (or shuffled per epoch).
 
@@ -72,6 +77,11 @@ def list_files(
     two patterns is listed once. A pattern that matches no file raises
     ``FileNotFoundError`` naming the pattern. ``shuffle=True`` shuffles the list anew
     each epoch; with a ``seed`` the sequence of orders is the same on every run.
+
+    ``cache_dir``: remote files are cached there and listed by their local paths, each
+    downloaded once (``cache_ahead`` ahead of the one read), checked, and renamed whole
+    into place; later epochs read them without asking the store. Past ``cache_limit``
+    bytes the least recently used are deleted, never one in use (``aioflow.io.cache``).
 
     Example:
         >>> import os, tempfile, aioflow as af
@@ -87,13 +97,15 @@ def list_files(
         pats = [check_path(p, "list_files") for p in patterns]
     if not pats:
         raise PipelineError("list_files needs at least one pattern")
-    found: set[str] = set()
+    cache_at = check_cache(cache_dir, cache_limit, cache_ahead)
+    found: dict[str, dict[str, Any]] = {}
     for pat in pats:
         matched = _glob(pat)
         if not matched:
             raise FileNotFoundError(errno.ENOENT, "no file matches the pattern", pat)
         found.update(matched)
     files = sorted(found)
+    remote = {f: found[f] for f in files if is_url(f)}
 
     async def gen(ctx: Ctx) -> ChunkIter:
         order = files
@@ -103,6 +115,12 @@ def list_files(
             order = files.copy()
             rng.shuffle(order)
         start = counted_source(ctx) if not shuffle or seed is not None else 0
+        if cache_at is not None and remote:
+            cache = ShardCache(cache_at, cache_limit, remote)  # the URLs' local copies
+            async with aclosing(cached_files(cache, order[start:], cache_ahead, ctx)) as it:
+                async for c in it:
+                    yield c
+            return
         for c in chunked(order[start:]):
             yield c
 
@@ -110,18 +128,15 @@ def list_files(
         return gen(ctx)
 
     n = len(files)
-    key = (tuple(pats), shuffle, seed)
-    return pipeline_of(
-        Node(
-            "list_files",
-            build,
-            card=lambda _: n,
-            task=True,
-            key=key,
-            resume=COUNTED,
-            hints=Hints(splits=FileSplits(files, shuffle, seed)),
-        )
-    )
+    key = (tuple(pats), shuffle, seed, cache_at, cache_limit, cache_ahead)
+    # a cached listing is not cut into splits: a split would list the URL, not the cache
+    splits = FileSplits(files, shuffle, seed) if cache_at is None or not remote else None
+    card = lambda _: n  # noqa: E731
+    node = Node(
+        "list_files", build, card=card, task=True, key=key, resume=COUNTED,
+        hints=Hints(splits=splits),
+    )  # fmt: skip
+    return pipeline_of(node)
 
 
 # -- text lines -------------------------------------------------------------------------

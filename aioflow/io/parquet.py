@@ -22,6 +22,7 @@ from aioflow._core.run import ChunkIter, Ctx, aclosing
 from aioflow.errors import BadInput, PipelineError
 from aioflow.io._streams import bad_input, is_url, local_path, reader
 from aioflow.io.files import chunked
+from aioflow.io.remote import open_url_sync
 
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline
@@ -52,16 +53,12 @@ def _named(path: str) -> Iterator[None]:
 class _ParquetReader:
     """The sync side: a ParquetFile (and the fsspec file under it, for a URL)."""
 
-    def __init__(self, path: str, columns: Sequence[str] | None, batch_size: int) -> None:
+    def __init__(
+        self, path: str, columns: Sequence[str] | None, batch_size: int, raw: Any = None
+    ) -> None:
         pq = _pyarrow_parquet()
-        self.raw: Any = None
-        if is_url(path):
-            import fsspec
-
-            self.raw = fsspec.open(path, "rb").open()
-            source: Any = self.raw
-        else:
-            source = local_path(path)
+        self.raw: Any = raw  # a URL's file (remote.open_url_sync), closed with the reader
+        source: Any = raw if raw is not None else local_path(path)
         self.path = path
         try:
             with _named(path):
@@ -107,8 +104,8 @@ def read_parquet(
     ``batches=True`` yields record batches of up to ``batch_size`` rows (no per-row
     Python objects: the fast way into numpy or torch); by default each row is a dict
     ``{column: value}``. ``columns`` reads only those columns. pyarrow runs in the
-    loop's thread pool; memory is one batch. A URL is opened with fsspec (extra
-    ``remote``).
+    loop's thread pool; memory is one batch. A URL is read through fsspec (extra
+    ``remote``) with ranged reads on the run's own file system.
 
     Example:
         >>> import os, tempfile, aioflow as af
@@ -136,7 +133,8 @@ def read_parquet(
 
     async def _read(p: str, ctx: Ctx) -> ChunkIter:
         loop = asyncio.get_running_loop()
-        opening = loop.run_in_executor(None, _ParquetReader, p, cols, batch_size)
+        raw = await open_url_sync(p, ctx) if is_url(p) else None
+        opening = loop.run_in_executor(None, _ParquetReader, p, cols, batch_size, raw)
         try:
             # shielded: if we are cancelled, the opening goes on and is closed when done
             r: _ParquetReader = await asyncio.shield(opening)
