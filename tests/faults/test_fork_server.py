@@ -127,14 +127,41 @@ def test_the_fork_server_and_its_workers_end_when_the_program_is_sigkilled():
     assert left == []
 
 
+KILL_SCRIPT = """
+import json, os, signal, sys, time
+import psutil
+import aioflow as af
+from aioflow._process import forks
+
+def pid(x):
+    return os.getpid()
+
+with af.range(4).map(pid, executor="process", concurrency=2) as p:
+    p.to_list()
+server = forks.server_pid()
+os.kill(server, signal.SIGKILL)
+with af.range(4).map(pid, executor="process", concurrency=2) as p:
+    n = len(p.to_list())  # (a fresh interpreter, then forks of a new server)
+    pids = sorted(set(p.to_list()))
+print(json.dumps({"server": server, "n": n, "new": forks.server_pid(), "pids": pids,
+                  "old_exists": psutil.pid_exists(server)}), flush=True)
+"""
+
+
 def test_a_killed_fork_server_is_reaped_and_replaced():
-    server = forks.server_pid()
-    assert server is not None
-    os.kill(server, signal.SIGKILL)
-    assert still_alive([server]) == []
-    with af.range(4).map(_numpy_there, executor="process", concurrency=2) as p:
-        assert len(p.to_list()) == 4  # (a fresh interpreter, then forks of a new server)
-        pids = set(workers())
-    assert forks.server_pid() not in (None, server)
-    assert not psutil.pid_exists(server)  # reaped: not even a zombie is left
-    assert still_alive(pids) == []
+    # (in a program of its own: the server is only started while no other Python thread
+    # runs, which a test process that ran other tests cannot promise)
+    run = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["server"] is not None and got["n"] == 4
+    assert got["new"] not in (None, got["server"])
+    assert not got["old_exists"]  # reaped: not even a zombie is left
+    assert still_alive(got["pids"]) == []
