@@ -273,3 +273,35 @@ def test_a_join_of_a_pipeline_with_itself_resumes_exactly_by_replaying():
         assert state["nodes"] is None  # one source read twice: no position serves both
         with make().iter(state=state) as it:
             assert head + list(it) == whole
+
+
+def test_what_a_join_holds_over_a_long_stream_does_not_grow_with_it(monkeypatch):
+    # both streams in step: nearly every item leaves the join a chunk after it came, so
+    # each lands in the log of gone items; the log may keep only what its KEEP marks can
+    # still ask for, however long the stream (count objects: pending, right, gone, marks)
+    from aioflow._core.graph import CHUNK_MAX
+    from aioflow._state.held import HeldLog
+
+    monkeypatch.setattr(HeldLog, "KEEP", 16)
+    logs = []
+    init = HeldLog.__init__
+
+    def record(self, *a, **k):
+        init(self, *a, **k)
+        logs.append(self)
+
+    monkeypatch.setattr(HeldLog, "__init__", record)
+    n = 100_000
+    left = af.range(n).map(lambda t: {"t": t, "k": t % 50})
+    right = af.range(n).map(lambda t: {"t": t, "k": t % 50})
+    sizes = []
+    with left.asof_join(right, on="t", by="k").iter() as it:
+        for i, _ in enumerate(it):
+            if i % 256 == 0:
+                (log,) = logs
+                with log.lock:
+                    pending, kept = log.held()
+                    gone = sum(map(len, log.gone))
+                    sizes.append(len(pending) + len(kept) + gone + len(log.marks))
+    bound = 2 * 2 * 16 * CHUNK_MAX + 4 * CHUNK_MAX + 50  # gone of 16 marks x 2 inputs, x2
+    assert max(sizes) < bound < n // 4, max(sizes)
