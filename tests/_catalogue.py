@@ -54,11 +54,13 @@ OPERATORS: dict[str, Op] = {
     ),
     "group_by": lambda p: p.group_by(lambda x: x % 2, size=2),
     "sort_by": lambda p: p.sort_by(lambda x: -x, buffer_size=4),
-    "window_by_time": lambda p: (
-        p.window_by_time(lambda x: x % 7 + x, 5, max_delay=3).map(lambda w: (w.start, w.items))
+    "window_by_time": lambda p: p.window_by_time(lambda x: x % 7 + x, 5, max_delay=3).map(
+        lambda w: (w.start, w.items)
     ),
-    "sessions": lambda p: (
-        p.sessions(lambda x: x, 4, by=lambda x: x % 3).map(lambda w: (w.key, w.start, w.items))
+    # bursts of 12 items, 11 apart: each key's session (3 apart, gap 4) closes at the next
+    # burst, so sessions come out all along the stream, not only at its end
+    "sessions": lambda p: p.sessions(lambda x: x + x // 12 * 10, 4, by=lambda x: x % 3).map(
+        lambda w: (w.key, w.start, w.items)
     ),
     "asof_join": lambda p: p.asof_join(af.range(0, 60, 7), on=lambda x: x),
     "shuffle": lambda p: p.shuffle(4, seed=7, reshuffle_each_iteration=False),

@@ -4,6 +4,7 @@ plain-Python model over random out-of-order streams, and against Polars."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import pytest
 from _event_streams import streams
@@ -54,8 +55,11 @@ def model_windows(events, size, slide, by, d, lateness, on_late):
     wins, out, late, mx = {}, [], 0, None  # (key, start) -> (first i, items)
 
     def close(wm):
-        due = sorted((s0 + size, first, key, s0) for (key, s0), (first, _) in wins.items()
-                     if wm is None or s0 + size + lateness <= wm)
+        due = sorted(
+            (s0 + size, first, key, s0)
+            for (key, s0), (first, _) in wins.items()
+            if wm is None or s0 + size + lateness <= wm
+        )
         for end, _, key, s0 in due:
             out.append((key, s0, end, [x["i"] for x in wins.pop((key, s0))[1]]))
 
@@ -94,8 +98,10 @@ def model_sessions(events, gap, d, max_duration, max_items, on_late, max_keys=No
         t, key = e["t"], e["k"]
         if mx is None or t > mx:
             mx = t
-            for s in sorted((s for s in open_ if s["last"] + gap <= mx - d),
-                            key=lambda s: (s["last"] + gap, s["first"])):
+            for s in sorted(
+                (s for s in open_ if s["last"] + gap <= mx - d),
+                key=lambda s: (s["last"] + gap, s["first"]),
+            ):
                 emit(s)
         wm = mx - d
         hits = [s for s in open_ if s["key"] == key and s["start"] - gap < t < s["last"] + gap]
@@ -200,8 +206,13 @@ def test_the_stats_show_each_event_time_stage_s_watermark_and_lag():
 def test_window_by_time_equals_the_model(s, size, slide, by, d, lateness, on_late):
     events, jitter = s
     p = af.from_iterable(events).window_by_time(
-        "t", size, slide=slide, by="k" if by else None, max_delay=d,
-        allowed_lateness=lateness, on_late=on_late,
+        "t",
+        size,
+        slide=slide,
+        by="k" if by else None,
+        max_delay=d,
+        allowed_lateness=lateness,
+        on_late=on_late,
     )
     out, late, wms = run(p)
     want, want_late = model_windows(events, size, slide, by, d, lateness, on_late)
@@ -247,8 +258,14 @@ def test_window_by_time_raises_at_a_late_item_and_checks_its_arguments():
 def test_sessions_equal_the_model(s, gap, d, max_duration, max_items, on_late, max_keys):
     events, jitter = s
     p = af.from_iterable(events).sessions(
-        lambda e: e["t"], gap, by=lambda e: e["k"], max_delay=d, max_duration=max_duration,
-        max_items=max_items, on_late=on_late, max_keys=max_keys,
+        lambda e: e["t"],
+        gap,
+        by=lambda e: e["k"],
+        max_delay=d,
+        max_duration=max_duration,
+        max_items=max_items,
+        on_late=on_late,
+        max_keys=max_keys,
     )
     with p.iter() as it:
         out, wms = [], []
@@ -317,8 +334,9 @@ def test_sessions_and_tumbling_windows_equal_polars_on_the_same_clicks():
     df = pl.DataFrame(clicks).sort(["user", "t"])
     sess = (
         df.with_columns(
-            ((pl.col("t").diff().over("user") >= gap).fill_null(True).cum_sum().over("user"))
-            .alias("sid")
+            ((pl.col("t").diff().over("user") >= gap).fill_null(True).cum_sum().over("user")).alias(
+                "sid"
+            )
         )
         .group_by(["user", "sid"])
         .agg(pl.col("t").min().alias("start"), pl.col("t").max().alias("last"), pl.len())
@@ -373,3 +391,31 @@ async def test_the_async_iterator_has_the_watermark_too_through_a_batch():
             seen.append((int(b[-1]), it.watermark()))
     assert all(w is None or w <= last for last, w in seen)  # never ahead of what came
     assert seen[-1][1] == 2997
+
+
+# each holds every item after the first output (a key that never closes, a join whose right
+# watermark never passes the left): after a break it is still reading, emitting nothing
+HOLD_ALL = {
+    "sessions": lambda p: p.sessions(lambda x: x, 4, by=lambda x: x == 0),
+    "window_by_time": lambda p: p.window_by_time(
+        lambda x: 0 if x == 0 else 10 + x % 2, 5, by=lambda x: x == 0
+    ),
+    "sort_by-max_delay": lambda p: p.sort_by(lambda x: 0 if x == 0 else 10**9, max_delay=5),
+    "asof_join": lambda p: af.range(10**7).asof_join(p.map(lambda x: 1), on=lambda x: x),
+}
+
+
+@pytest.mark.parametrize("op", HOLD_ALL.values(), ids=HOLD_ALL.keys())
+def test_a_break_while_a_stage_reads_without_emitting_stops_it_at_once(op, no_leaks):
+    n, busy = [0], threading.Event()
+
+    def count(x):
+        n[0] += 1
+        if n[0] == 50_000:
+            busy.set()
+        return x
+
+    with op(af.range(10**7).map(count)).iter() as it:
+        next(it)
+        assert busy.wait(30)  # the stage is well into its input, holding it all
+    assert n[0] < 10**7  # the close did not wait for the stage to read its input

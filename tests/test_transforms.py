@@ -354,6 +354,7 @@ EVERY_OP = {
     "map-thread-unordered": lambda p: p.map(
         lambda x: x, executor="thread", concurrency=2, ordered=False
     ),
+    "sort_by-max_delay": lambda p: p.sort_by(lambda x: x + x % 5, max_delay=4),
     "zip": lambda p: af.zip(p, p.map(str)),
     "concat": lambda p: af.concat(p, p),
 }

@@ -54,7 +54,7 @@ class HeldLog:
     """
 
     KEEP = 4096  # marks (input chunks)
-    GONE = 1 << 16  # entries gone since the oldest mark kept, at least (per input)
+    GONE = 1 << 16  # entries gone since the oldest mark kept: at most 2x (per input)
 
     def __init__(
         self,
@@ -93,14 +93,17 @@ class HeldLog:
     def mark(self, out: int, taken: Sequence[int], scalars: Any, watermark: Any) -> None:
         """A chunk starts (call under ``lock``): ``out`` items out, ``taken`` in, so far."""
         gone = tuple(b + len(g) for b, g in zip(self.base, self.gone, strict=True))
-        self.marks.append(_Mark(out, tuple(taken), gone, scalars, watermark))
-        for i, g in enumerate(self.gone):
-            if len(g) > 2 * self.GONE:  # cut the front; marks before the cut go
-                cut = len(g) - self.GONE
-                del g[:cut]
-                self.base[i] += cut
-                while len(self.marks) > 2 and self.marks[0].gone[i] < self.base[i]:
-                    self.marks.popleft()
+        self.marks.append(_Mark(out, tuple(taken), gone, scalars, watermark))  # (KEEP: the
+        for i, g in enumerate(self.gone):  # oldest mark goes)
+            dead = self.marks[0].gone[i] - self.base[i]  # before the oldest mark: unread
+            if len(g) > 2 * self.GONE:  # too many since it: cut, and marks before the cut go
+                dead = max(dead, len(g) - self.GONE)
+            elif 2 * dead < len(g):  # (cut once half is dead: amortised)
+                continue
+            del g[:dead]
+            self.base[i] += dead
+            while len(self.marks) > 2 and self.marks[0].gone[i] < self.base[i]:
+                self.marks.popleft()
 
     def _find(self, target: int) -> _Mark | None:
         for m in reversed(self.marks):
