@@ -166,25 +166,46 @@ class ShardCache:
         tmp = f"{final}.part-{os.getpid()}-{secrets.token_hex(4)}"
         loop = asyncio.get_running_loop()
         pool = ctx.run.thread_pool()
-        f = await loop.run_in_executor(pool, open, tmp, "wb")
+        opening = loop.run_in_executor(pool, open, tmp, "wb")
+        f = None
         md5 = hashlib.md5(usedforsecurity=False)
         n = 0
         try:
+            f = await _settled(opening)
             async with open_stream(url, ctx) as s:
                 while True:
                     data = await s.read(BLOCK_MAX)
                     if not data:
                         break
-                    await loop.run_in_executor(pool, _write, f, md5, data)
+                    await _settled(loop.run_in_executor(pool, _write, f, md5, data))
                     n += len(data)
-            await loop.run_in_executor(pool, f.close)
+            await _settled(loop.run_in_executor(pool, f.close))
             _check(url, info, n, md5.hexdigest())
             os.replace(tmp, final)  # atomic: the shard is there whole, or not at all
         except BaseException:
-            f.close()
+            if f is None and opening.done() and not opening.cancelled() and not opening.exception():
+                f = opening.result()  # opened while the cancel came
+            if f is not None:
+                f.close()
             _remove(tmp)
             raise
         return n
+
+
+async def _settled(fut: asyncio.Future[Any]) -> Any:
+    """``await fut`` (a call running in a thread); cancelled meanwhile, the call is let
+    finish before the cancel goes on: a thread cannot be stopped, and the file it opens
+    or writes must be closed after it, not left open behind the run's close. The wait
+    is one ``open`` or one block's write."""
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        while not fut.done():
+            try:
+                await asyncio.wait([fut])
+            except asyncio.CancelledError:
+                pass  # cancelled again: still bounded by the one call, then raised below
+        raise
 
 
 def _write(f: Any, md5: Any, data: bytes) -> None:
