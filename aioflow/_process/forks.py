@@ -30,6 +30,7 @@ then starts in milliseconds, the first one too.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
@@ -189,6 +190,7 @@ def _forget_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
+atexit.register(forget_server)  # (the socket closed, not left to its finalizer; the server ends)
 
 
 # -- in the server --------------------------------------------------------------------

@@ -16,10 +16,8 @@ import subprocess
 import sys
 
 import numpy as np
-import psutil
 
 import aioflow as af
-from aioflow._process import forks
 from tests.faults.test_workers import still_alive, workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -87,9 +85,9 @@ if sys.argv[1:] == ["stay"]:
 """
 
 
-def _run(*args: str) -> subprocess.Popen[str]:
+def _run(*args: str, flags: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, *args],
+        [sys.executable, *flags, "-c", SCRIPT, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -108,6 +106,16 @@ def test_no_fork_while_the_program_runs_another_thread_then_a_server_once_alone(
     assert got["server_then"] is None
     assert got["alone"] == [True] * 4 and got["server"] is not None
     assert still_alive([got["server"], *got["pids"]]) == []  # all gone with the program
+
+
+def test_the_program_exits_with_the_server_socket_closed():
+    """At exit the parent closes its end of the server's socket (the server then ends):
+    CI's log ended with ``ResourceWarning: unclosed <socket ...>`` from the finalizer."""
+    proc = _run(flags=("-X", "dev"))  # (dev mode shows ResourceWarnings)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["server"] is not None
+    assert "ResourceWarning" not in err, err
 
 
 def test_the_fork_server_and_its_workers_end_when_the_program_is_sigkilled():
