@@ -18,6 +18,7 @@ from aioflow.pipeline import INFINITE, UNKNOWN, Pipeline
 from aioflow.io import (
     list_files,
     read_bytes,
+    read_csv,
     read_jsonl,
     read_lines,
     read_npy,
@@ -94,6 +95,7 @@ __all__ = [
     "merge_states",
     "range",
     "read_bytes",
+    "read_csv",
     "read_jsonl",
     "read_lines",
     "read_npy",

@@ -116,7 +116,7 @@ class GroupMethods(PipelineBase, Generic[T]):
 
     def sort_by(
         self,
-        key: Callable[[T], Any],
+        key: Callable[[T], Any] | str,
         *,
         buffer_size: int | None = None,
         reverse: bool = False,
@@ -150,6 +150,10 @@ class GroupMethods(PipelineBase, Generic[T]):
         ``on_late``. ``it.watermark()`` says up to which key the output is complete.
         Memory: the items within ``max_delay`` of the largest key.
 
+        ``key`` may be a column name (``item[key]``); the streaming sorts of record batches
+        (``pyarrow.RecordBatch`` or dicts of numpy arrays) by a column then sort their rows,
+        a batch at a time, and emit batches (``docs/columnar_operators.md``).
+
         Example:
             >>> import aioflow as af
             >>> af.from_iterable([1, 0, 2, 4, 3, 5]).sort_by(lambda x: x, buffer_size=1).to_list()
@@ -165,7 +169,7 @@ class GroupMethods(PipelineBase, Generic[T]):
         )
 
     def group_by(
-        self, key: Callable[[T], Any], *, size: int | None = None, max_keys: int | None = None
+        self, key: Callable[[T], Any] | str, *, size: int | None = None, max_keys: int | None = None
     ) -> Pipeline[tuple[Any, list[T]]]:
         """Groups ``(key, [items])`` of the items sharing ``key(item)``, in arrival order.
 
@@ -174,6 +178,9 @@ class GroupMethods(PipelineBase, Generic[T]):
         out to make room (counted in the stats as ``StageStats.evicted``); at the end
         the open groups come out in the order they began. Memory: ``size * max_keys``
         items when both are given, else unbounded.
+
+        ``key`` may be a column name: record batches are then grouped by rows, each
+        group's ``items`` a batch of its rows (``docs/columnar_operators.md``).
 
         Example:
             >>> import aioflow as af
@@ -184,7 +191,7 @@ class GroupMethods(PipelineBase, Generic[T]):
 
     def partition_by(
         self,
-        key: Callable[[T], Any],
+        key: Callable[[T], Any] | str,
         num_partitions: int,
         fn: Callable[[Pipeline[T]], Pipeline[U]],
     ) -> Pipeline[U]:
@@ -200,6 +207,10 @@ class GroupMethods(PipelineBase, Generic[T]):
         others never buffer without bound). An error in a partition is raised as itself
         and stops the others; on cancellation or ``break`` every partition's task is
         cancelled and awaited.
+
+        ``key`` may be a column name: record batches (``pyarrow.RecordBatch``, dicts of
+        numpy arrays) are then split by rows, each row to the partition of its key (the
+        same as ``partition.partition_of`` per item), as sub-batches.
 
         Example:
             >>> import asyncio, aioflow as af
@@ -258,7 +269,7 @@ class GroupMethods(PipelineBase, Generic[T]):
 
     def rejection_resample(
         self,
-        class_fn: Callable[[T], int],
+        class_fn: Callable[[T], int] | str,
         target_dist: list[float],
         *,
         initial_dist: list[float] | None = None,
@@ -271,7 +282,9 @@ class GroupMethods(PipelineBase, Generic[T]):
         initial``; ``initial_dist`` is estimated online from the classes seen so far
         when not given (as tf.data's ``rejection_resample``, which yields
         ``(class, item)`` pairs where this yields the items). The same ``seed`` gives the
-        same choice; each epoch draws anew.
+        same choice; each epoch draws anew. ``class_fn`` may be a column name
+        (``item[name]``): on record batches the rows are resampled (the same draws as
+        for the rows one by one), each batch keeping its kept rows.
 
         Example:
             >>> import aioflow as af

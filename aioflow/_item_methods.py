@@ -119,7 +119,11 @@ class ItemMethods(PipelineBase, Generic[T]):
     ) -> Pipeline[T]:
         """Keep the items for which ``pred(x)`` is true (sync or ``async`` ``pred``).
 
-        Takes the same keyword options as ``map``.
+        Takes the same keyword options as ``map``. On record batches
+        (``pyarrow.RecordBatch``, dicts of numpy arrays), a ``pred`` that returns a row mask
+        (a numpy bool array or a pyarrow boolean array of the batch's length; nulls are
+        false) keeps the rows where it is true: ``filter(lambda b: b["price"] > 0)`` on
+        dicts, ``pc.greater(b["price"], 0)`` on Arrow; a batch left with no row goes.
 
         Example:
             >>> import aioflow as af

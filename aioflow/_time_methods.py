@@ -56,6 +56,9 @@ class TimeMethods(PipelineBase, Generic[T]):
         the items within ``size + max_delay + allowed_lateness`` of the latest time, per key
         (times ``size / slide``: an item is held once, listed in each of its windows).
 
+        On record batches with column names for ``time`` and ``by`` (tumbling windows)
+        each window's ``items`` is a batch of its rows (``docs/columnar_operators.md``).
+
         Example:
             >>> import aioflow as af
             >>> clicks = af.from_iterable([{"t": 1, "u": "a"}, {"t": 3, "u": "b"},
@@ -93,6 +96,8 @@ class TimeMethods(PipelineBase, Generic[T]):
         of each key active within ``gap + max_delay`` of the latest time; with
         ``max_keys``, a new key while that many keys have open sessions first closes the
         session that would close next (counted in the stats as evicted).
+        On record batches with column names for ``time`` and ``by`` each session's
+        ``items`` is a batch of its rows (``docs/columnar_operators.md``).
 
         Example:
             >>> import aioflow as af

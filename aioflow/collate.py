@@ -3,12 +3,15 @@
 The default collate follows torch's ``default_collate`` shape rules with numpy: numpy
 arrays are stacked, numbers become an array, dicts/tuples/lists are collated field by
 field, anything else (strings, bytes, objects) is kept as a list. ``pad_collate`` pads
-arrays to the longest first (``padded_batch``).
+arrays to the longest first (``padded_batch``). Record batches (``pyarrow``, imported only
+where a batch is one): ``collate="arrow"`` makes one of dict rows, ``split_rows`` gives a
+record batch's rows as dicts, ``to_numpy`` its columns as arrays without a copy per row.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +22,14 @@ from aioflow.errors import PipelineError
 __all__ = [
     "COLLATES",
     "STACKED",
+    "arrow_collate",
     "default_collate",
+    "is_record_batch",
     "keep_list",
     "pad_collate",
     "resolve_collate",
     "split_rows",
+    "to_numpy",
 ]
 
 _SCALARS = (bool, int, float, complex, np.generic)
@@ -75,6 +81,7 @@ STACKED: dict[Callable[[Sequence[Any]], Any], Callable[[Any], Any]] = {default_c
 #: ``batch(collate=NAME)``: NAME -> "module:factory"; the factory imports its library
 #: (so a missing one fails when the pipeline is described) and returns the collate.
 COLLATES: dict[str, str] = {
+    "arrow": "aioflow.collate:make_arrow_collate",
     "torch": "aioflow.integrations.torch:make_collate",
     "jax": "aioflow.integrations.jax:make_collate",
 }
@@ -110,7 +117,11 @@ def resolve_collate(collate: Any) -> Callable[[Sequence[Any]], Any]:
 
 
 def split_rows(batch: Any) -> list[Any]:
-    """The samples of a batch (the inverse of the default collate)."""
+    """The samples of a batch (the inverse of the default collate); a record batch's
+    rows are dicts."""
+    if is_record_batch(batch):
+        dicts: list[Any] = batch.to_pylist()
+        return dicts
     if isinstance(batch, np.ndarray):
         if batch.ndim == 0:
             raise PipelineError("unbatch: cannot split a 0-d array into rows")
@@ -184,4 +195,79 @@ def _pad_stack(arrays: list[np.ndarray], value: Any) -> np.ndarray:
             out[i] = a
         else:
             out[(i, *(slice(0, d) for d in a.shape))] = a  # type: ignore[index]
+    return out
+
+
+# -- record batches -----------------------------------------------------------------------
+def is_record_batch(x: Any) -> bool:
+    """True for a ``pyarrow.RecordBatch`` or ``Table`` (without importing pyarrow)."""
+    pa = sys.modules.get("pyarrow")  # such an object exists only once pyarrow is imported
+    return pa is not None and isinstance(x, pa.RecordBatch | pa.Table)
+
+
+def make_arrow_collate() -> Callable[[Sequence[Any]], Any]:
+    """``batch(collate="arrow")``: imports pyarrow now, so a missing one fails early."""
+    import pyarrow  # noqa: F401
+
+    return arrow_collate
+
+
+def arrow_collate(items: Sequence[Any]) -> Any:
+    """A ``pyarrow.RecordBatch`` of dict rows (``batch(n, collate="arrow")``).
+
+    The keys of the rows are the columns (a key missing from a row is null there); the
+    column types are inferred by pyarrow from the values. Record batches are
+    concatenated into one (their schemas must be the same).
+
+    Example:
+        >>> import aioflow as af
+        >>> rows = [{"t": 3, "user": "a"}, {"t": 1, "user": None}, {"t": 2, "user": "a"}]
+        >>> [b.to_pydict() for b in af.from_iterable(rows).batch(2, collate="arrow")]
+        [{'t': [3, 1], 'user': ['a', None]}, {'t': [2], 'user': ['a']}]
+    """
+    import pyarrow as pa
+
+    first = items[0]
+    if is_record_batch(first):
+        batches = [b for x in items for b in (x.to_batches() if isinstance(x, pa.Table) else [x])]
+        return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+    if not isinstance(first, Mapping):
+        raise PipelineError(
+            f'collate="arrow" makes record batches of dict rows, got a {type(first).__name__}'
+        )
+    names: dict[Any, None] = {}
+    for row in items:  # every row's keys, in order of first appearance
+        names.update(dict.fromkeys(row))
+    return pa.RecordBatch.from_pydict({k: [row.get(k) for row in items] for k in names})
+
+
+def to_numpy(batch: Any) -> dict[str, np.ndarray]:
+    """The columns of a record batch as numpy arrays, without a copy where pyarrow allows.
+
+    A numeric or temporal column without nulls shares the batch's memory (a read-only
+    array: no copy at all); a column with nulls, of booleans or of strings is converted,
+    once per column (ints with nulls become floats with NaN, as in pyarrow; strings an
+    object array). A ``Table``'s columns of several chunks are joined (one copy). A dict
+    of arrays (the other columnar batch) gives its values as arrays.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> from aioflow.collate import to_numpy
+        >>> b = pa.record_batch({"t": [3, 1, 2], "v": [0.5, None, 1.5]})
+        >>> cols = to_numpy(b)
+        >>> cols["t"].tolist(), cols["v"].tolist()[0], cols["t"].flags.writeable
+        ([3, 1, 2], 0.5, False)
+    """
+    if isinstance(batch, Mapping):
+        return {str(k): np.asarray(v) for k, v in batch.items()}
+    if not is_record_batch(batch):
+        raise PipelineError(f"to_numpy needs a record batch, got a {type(batch).__name__}")
+    out = {}
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        if hasattr(col, "combine_chunks"):  # a Table's ChunkedArray
+            col = col.combine_chunks()
+        try:
+            out[name] = col.to_numpy(zero_copy_only=True)
+        except Exception:  # ArrowInvalid: nulls, booleans, strings
+            out[name] = col.to_numpy(zero_copy_only=False)
     return out

@@ -14,6 +14,7 @@ import builtins
 import dataclasses
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ import numpy as np
 from aioflow._core.check import check_concurrency
 from aioflow._core.run import CHUNK_MAX, Node
 from aioflow.checkpoint import StatefulLoader
-from aioflow.collate import STACKED
+from aioflow.collate import STACKED, arrow_collate, is_record_batch, to_numpy
 from aioflow.errors import PipelineError
 from aioflow.ops.sources import Shard, from_iterable, index_source, resolve_shard
 from aioflow.ops.transforms import map_node
@@ -132,8 +133,29 @@ def _tensor_of_array(a: np.ndarray) -> Any:
         raise TypeError(f'collate="torch": no tensor holds numpy dtype {a.dtype}') from None
 
 
+def _columns(batch: Any) -> dict[str, Any]:
+    """A record batch's columns as tensors sharing its memory where ``to_numpy`` does
+    (numeric columns without nulls); a column of strings or other objects as a list."""
+    out: dict[str, Any] = {}
+    for name, a in to_numpy(batch).items():
+        if a.dtype.kind in "mM":  # datetimes and durations: their int64 counts
+            a = a.view(np.int64)
+        if a.dtype.kind not in "biufc":
+            out[name] = a.tolist()
+            continue
+        with warnings.catch_warnings():
+            # arrow's buffers are read-only; the tensor shares them (writing to it is the
+            # caller's risk, as with any tensor made from a read-only array)
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            out[name] = _tensor_of_array(a)
+    return out
+
+
 def to_torch(batch: Any) -> Any:
     """A batch made by the default collate, with its numpy arrays as tensors (no copy).
+
+    A record batch becomes a dict of its columns as tensors, numeric columns without
+    nulls sharing the batch's memory (``af.collate.to_numpy``), strings as lists.
 
     Example:
         >>> import numpy as np
@@ -145,6 +167,8 @@ def to_torch(batch: Any) -> Any:
     """
     if isinstance(batch, np.ndarray):
         return _tensor_of_array(batch)
+    if is_record_batch(batch):
+        return _columns(batch)
     if isinstance(batch, np.generic):
         return _tensor_of_array(np.asarray(batch))
     if isinstance(batch, Mapping):
@@ -164,7 +188,8 @@ def collate(items: Sequence[Any]) -> Any:
     (``torch.from_numpy``: one copy, the stack); tensors are stacked with
     ``torch.stack``; Python ints, floats and bools become int64, float64 and bool
     tensors; dicts, tuples (namedtuples too) and lists are collated field by field;
-    strings and other objects are kept as a list.
+    strings and other objects are kept as a list. Record batches are concatenated and
+    their columns become tensors (``to_torch``), without a copy per row.
 
     Example:
         >>> import numpy as np
@@ -179,6 +204,8 @@ def collate(items: Sequence[Any]) -> Any:
     first = items[0]
     if isinstance(first, torch.Tensor):
         return torch.stack(list(items))
+    if is_record_batch(first):
+        return _columns(arrow_collate(items))
     if isinstance(first, np.ndarray):
         return _tensor_of_array(np.stack(items))
     if isinstance(first, np.generic):

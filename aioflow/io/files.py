@@ -1,4 +1,4 @@
-"""Files and text: ``list_files``, ``read_lines``, ``read_jsonl``, ``read_bytes``.
+"""Files and text: ``list_files``, ``read_lines``, ``read_bytes`` (``read_jsonl`` is in ``jsonl``).
 
 The text readers split blocks of bytes at newlines and decode a block's complete lines at
 once (so the per-line work is a list operation), carrying the partial last line over to
@@ -11,7 +11,6 @@ import asyncio
 import codecs
 import errno
 import glob
-import json
 import os
 import random
 from collections.abc import AsyncIterator, Sequence
@@ -41,7 +40,7 @@ from aioflow.io.remote import glob_url
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline
 
-__all__ = ["chunked", "list_files", "read_bytes", "read_jsonl", "read_lines"]
+__all__ = ["chunked", "list_files", "read_bytes", "read_lines"]
 
 
 def chunked(items: list[Any]) -> list[list[Any]]:
@@ -287,69 +286,6 @@ def read_lines(
                 yield c
 
     return pipeline_of(reader("read_lines", path, gen, on_error=on_error, key=(encoding, comp)))
-
-
-def read_jsonl(
-    path: str | os.PathLike[str],
-    *,
-    encoding: str = "utf-8",
-    compression_type: str | None = None,
-    on_error: str | int = "raise",
-) -> Pipeline[Any]:
-    """The JSON values of a JSON Lines file, one per line (blank lines skipped).
-
-    A line that is not JSON raises ``af.BadInput`` (a ``ValueError``) naming
-    ``path:line``, with the ``json.JSONDecodeError`` as its cause; with
-    ``on_error="skip"`` such lines are skipped, counted in the stage's stats and logged
-    once, and every good line still arrives. ``compression_type`` and ``encoding``
-    (``"utf-8-sig"`` for a file that starts with a BOM): as in ``read_lines``.
-
-    Example:
-        >>> import pathlib, tempfile, aioflow as af
-        >>> path = pathlib.Path(tempfile.mkdtemp(), "a.jsonl")
-        >>> _ = path.write_text('{"a": 1}\\n\\n[2, 3]\\n')
-        >>> af.read_jsonl(path).to_list()
-        [{'a': 1}, [2, 3]]
-    """
-    _check_encoding(encoding)
-    comp = check_compression(compression_type)
-    loads = json.loads
-
-    async def gen(p: str, ctx: Ctx, policy: ErrorPolicy) -> ChunkIter:
-        log = SeekLog(ctx, comp is None and not is_url(p), offset=0, line=1)
-        async for lineno, lines, bad in _line_blocks(p, ctx, encoding, comp, log):
-            if not bad:
-                try:
-                    objs = [loads(s) for s in lines if s and not s.isspace()]
-                except ValueError:
-                    objs = None  # find the bad line(s) on the slow path below
-                if objs is not None:
-                    for c in chunked(log.drop(objs)):
-                        yield c
-                    continue
-            out: list[Any] = []
-            for i, s in enumerate(lines):
-                exc: Exception
-                if isinstance(s, _Undecodable):
-                    exc = s.exc
-                elif not s or s.isspace():
-                    continue
-                else:
-                    try:
-                        out.append(loads(s))
-                        continue
-                    except ValueError as e:
-                        exc = e
-                err = bad_input(ctx, p, f"malformed JSON line: {exc}", line=lineno + i)
-                if policy.skip(err, ctx, lineno + i - 1):
-                    continue
-                for c in chunked(log.drop(out)):
-                    yield c
-                raise err from exc
-            for c in chunked(log.drop(out)):
-                yield c
-
-    return pipeline_of(reader("read_jsonl", path, gen, on_error=on_error, key=(encoding, comp)))
 
 
 # -- whole files ------------------------------------------------------------------------

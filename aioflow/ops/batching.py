@@ -16,7 +16,9 @@ from aioflow._core.base import pipeline_of
 from aioflow._process.columns import Rows, collated, cut, joined
 from aioflow.collate import (
     STACKED,
+    arrow_collate,
     default_collate,
+    is_record_batch,
     keep_list,
     pad_collate,
     resolve_collate,
@@ -196,13 +198,15 @@ def _card_batch(size: int, drop_remainder: bool) -> Callable[[Sequence[int]], in
     return card
 
 
-def _rows(src: ChunkIter, ctx: Ctx, kinds: list[type] | None = None) -> ChunkIter:
-    """The rows of each batch; ``kinds`` gets the type of the first batch split."""
+def _rows(src: ChunkIter, ctx: Ctx, kinds: list[Any] | None = None) -> ChunkIter:
+    """The rows of each batch; ``kinds`` gets the collate that makes the first batch split
+    again (list batches stay lists, record batches record batches, else the default)."""
 
     def put(out: list[Any], b: Any) -> None:
         out.extend(split_rows(b))
         if kinds is not None and not kinds:
-            kinds.append(type(b))
+            again = keep_list if isinstance(b, list) else default_collate
+            kinds.append(arrow_collate if is_record_batch(b) else again)
 
     return each_into(src, put, ctx.name)
 
@@ -217,12 +221,11 @@ def rebatch_node(up: Pipeline[Any], size: int, drop_remainder: bool) -> Node:
     """``rebatch``: the rows of the batches, batched again by ``size``."""
     check_int("rebatch size", size, 1, want="a positive int")
 
-    def collate_like(items: Sequence[Any], kinds: list[type]) -> Any:
-        # list batches stay lists; anything else is re-stacked by the default collate
-        return keep_list(items) if kinds and issubclass(kinds[0], list) else default_collate(items)
+    def collate_like(items: Sequence[Any], kinds: list[Any]) -> Any:
+        return (kinds[0] if kinds else default_collate)(items)
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        kinds: list[type] = []
+        kinds: list[Any] = []
         rows = _rows(inputs[0](), ctx, kinds)
         inner = _batches(size, drop_remainder, lambda items: collate_like(items, kinds))
         return inner(ctx, [lambda: rows])

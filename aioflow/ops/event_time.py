@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 from aioflow._core.chunks import skip_chunks
 from aioflow._state.held import HeldLog
 from aioflow.errors import LateItem, PipelineError, annotate
+from aioflow.ops.columnar_base import Auto
+from aioflow.ops.columnar_sessions import ColSessions
+from aioflow.ops.columnar_sort import ColTimeSort
+from aioflow.ops.columnar_window import ColWindows
 from aioflow.ops.event_time_core import EventMachine, Late, TimeSort, TimeWindows, Window
 from aioflow.ops.event_time_sessions import Sessions
 from aioflow.ops.kit import CHUNK_MAX, LOGGED, ChunkIter, Ctx, Node, Opener, aclosing, each
@@ -112,9 +116,18 @@ def run_machine(
     access: Access,
     flush_on_error: bool,
     late: LateError | None = None,
+    event_time: bool | None = None,
 ) -> ChunkIter:
-    """A machine's stage: its log, its state restored, and what a resumed run leaves out."""
-    log = HeldLog(ctx, machine.held, event_time=isinstance(machine, EventMachine))
+    """A machine's stage: its log, its state restored, and what a resumed run leaves out.
+
+    An ``Auto`` machine (a column-name key) brings its own ``access``."""
+    if isinstance(machine, Auto):
+        access = machine.access
+        if event_time is None:
+            event_time = isinstance(machine.m, EventMachine)
+    if event_time is None:
+        event_time = isinstance(machine, EventMachine)
+    log = HeldLog(ctx, machine.held, event_time=event_time)
     if log.scalars is not None:
         cols, err = access(log.restored[0], ctx.name, 0)
         if err is not None:
@@ -199,14 +212,20 @@ async def drive(
 
 # -- the nodes ----------------------------------------------------------------------------
 def time_sort(
-    key: Callable[[Any], Any], max_delay: Any, on_late: str
+    key: Any, max_delay: Any, on_late: str
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    """``sort_by(key, max_delay=d)``'s build: ``TimeSort`` (an error flushes its heap)."""
+    """``sort_by(key, max_delay=d)``'s build: ``TimeSort`` (an error flushes its heap), or
+    on batches with a column-name key ``ColTimeSort``."""
     check_time("sort_by max_delay", max_delay)
-    access = columns(key)
-    return lambda ctx, inputs: run_machine(
-        ctx, inputs, TimeSort(max_delay, on_late), access, flush_on_error=True
-    )
+    access = columns(accessor("sort_by key", key))
+
+    def machine() -> Any:
+        m = TimeSort(max_delay, on_late)
+        if isinstance(key, str):
+            return Auto(m, access, lambda: ColTimeSort(key, on_late, max_delay))
+        return m
+
+    return lambda ctx, inputs: run_machine(ctx, inputs, machine(), access, flush_on_error=True)
 
 
 def window_by_time_node(
@@ -231,8 +250,18 @@ def window_by_time_node(
     access = columns(*fns)
     step = size if slide is None else slide
 
+    def columnar() -> ColWindows:
+        if slide is not None:
+            raise PipelineError(
+                "window_by_time: sliding windows (slide=) of record batches are not columnar"
+                " yet; give a function time (one batch, one item) or tumbling windows"
+            )
+        return ColWindows(time, by, size, allowed_lateness, max_delay, on_late)
+
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        m = TimeWindows(size, step, allowed_lateness, max_delay, on_late)
+        m: Any = TimeWindows(size, step, allowed_lateness, max_delay, on_late)
+        if isinstance(time, str) and (by is None or isinstance(by, str)):
+            m = Auto(m, access, columnar)
         return run_machine(ctx, inputs, m, access, flush_on_error=False)
 
     name = f"window_by_time({size})" if slide is None else f"window_by_time({size}, {slide})"
@@ -268,7 +297,15 @@ def sessions_node(
     check_late("sessions", on_late)
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        m = Sessions(gap, max_delay, max_duration, max_items, on_late, max_keys)
+        m: Any = Sessions(gap, max_delay, max_duration, max_items, on_late, max_keys)
+        if isinstance(time, str) and isinstance(by, str):
+            m = Auto(
+                m,
+                access,
+                lambda: ColSessions(
+                    time, by, gap, max_delay, max_duration, max_items, on_late, max_keys
+                ),
+            )
         return run_machine(ctx, inputs, m, access, flush_on_error=False)
 
     return Node(

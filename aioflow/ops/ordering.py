@@ -15,7 +15,10 @@ import numpy as np
 
 from aioflow._core.chunks import skip_chunks
 from aioflow.errors import LateItem, PipelineError
-from aioflow.ops.event_time import columns, run_machine, time_sort
+from aioflow.ops.columnar_base import Auto
+from aioflow.ops.columnar_groups import ColGroups
+from aioflow.ops.columnar_sort import ColBufferSort
+from aioflow.ops.event_time import accessor, columns, run_machine, time_sort
 from aioflow.ops.event_time_core import Late
 from aioflow.ops.kit import (
     CHANNEL_ITEMS,
@@ -114,7 +117,7 @@ LATE_POLICIES = ("emit", "drop", "raise")
 
 
 def _sort_by(
-    key: Callable[[Any], Any],
+    key: Callable[[Any], Any] | str,
     buffer_size: int | None,
     reverse: bool,
     max_in_memory: int,
@@ -122,8 +125,8 @@ def _sort_by(
     on_late: str,
     max_delay: Any,
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    if not callable(key):
-        raise PipelineError(f"sort_by needs a callable key, got {key!r}")
+    if not callable(key) and not isinstance(key, str):
+        raise PipelineError(f"sort_by needs a callable key or a column name, got {key!r}")
     _check_size("sort_by buffer_size", buffer_size)
     check_int("sort_by max_in_memory", max_in_memory, 1)
     if on_late not in LATE_POLICIES:
@@ -137,11 +140,18 @@ def _sort_by(
         return time_sort(key, max_delay, on_late)
     if buffer_size is None:
         return lambda ctx, inputs: external_sort(
-            inputs[0](), ctx, key, reverse, max_in_memory, spill_dir
+            inputs[0](), ctx, accessor("sort_by key", key), reverse, max_in_memory, spill_dir
         )
-    size, access = buffer_size, columns(key)
+    size, access = buffer_size, columns(accessor("sort_by key", key))
+
+    def machine() -> Any:
+        m = BufferSort(size, reverse, on_late)
+        if isinstance(key, str):
+            return Auto(m, access, lambda: ColBufferSort(key, size, reverse, on_late))
+        return m
+
     return lambda ctx, inputs: run_machine(
-        ctx, inputs, BufferSort(size, reverse, on_late), access, True, _late_item
+        ctx, inputs, machine(), access, True, _late_item, event_time=False
     )
 
 
@@ -159,15 +169,22 @@ def _late_item(ctx: Ctx, e: Late, position: int) -> LateItem:
 
 
 def _group_by(
-    key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
+    key: Callable[[Any], Hashable] | str, size: int | None, max_keys: int | None
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     """Per-key groups, kept in the order in which each open group began (``Groups``)."""
-    if not callable(key):
-        raise PipelineError(f"group_by needs a callable key, got {key!r}")
+    if not callable(key) and not isinstance(key, str):
+        raise PipelineError(f"group_by needs a callable key or a column name, got {key!r}")
     _check_size("group_by size", size)
     _check_size("group_by max_keys", max_keys)
-    access = columns(key)
-    return lambda ctx, inputs: run_machine(ctx, inputs, Groups(size, max_keys), access, False)
+    access = columns(accessor("group_by key", key))
+
+    def machine() -> Any:
+        m = Groups(size, max_keys)
+        if isinstance(key, str):
+            return Auto(m, access, lambda: ColGroups(key, size, max_keys))
+        return m
+
+    return lambda ctx, inputs: run_machine(ctx, inputs, machine(), access, False, event_time=False)
 
 
 # -- the nodes ----------------------------------------------------------------------------
@@ -187,7 +204,7 @@ def shuffle_node(
 
 def sort_by_node(
     up: Pipeline[Any],
-    key: Callable[[Any], Any],
+    key: Callable[[Any], Any] | str,
     buffer_size: int | None,
     reverse: bool,
     max_in_memory: int,
@@ -204,10 +221,13 @@ def sort_by_node(
         name = f"sort_by({buffer_size})"
     elif max_delay is not None:
         name = f"sort_by(max_delay={max_delay})"
+    # a column name may sort record batches, whose rows are cut into other batches
+    card: dict[str, Any] = {"card": card_unknown} if isinstance(key, str) else {}
     return Node(
         name,
         _sort_by(key, buffer_size, reverse, max_in_memory, spill_dir, on_late, max_delay),
         inputs=(up,),
+        **card,
         holds=buffer_size if buffer_size is not None else 0 if streaming else max_in_memory,
         key=(key, buffer_size, reverse, max_in_memory, on_late, max_delay),
         resume=LOGGED if streaming else None,
@@ -215,7 +235,7 @@ def sort_by_node(
 
 
 def group_by_node(
-    up: Pipeline[Any], key: Callable[[Any], Hashable], size: int | None, max_keys: int | None
+    up: Pipeline[Any], key: Callable[[Any], Hashable] | str, size: int | None, max_keys: int | None
 ) -> Node:
     """``group_by``: ``(key, [items])`` groups, at most ``max_keys`` open at once."""
     return Node(
@@ -232,7 +252,7 @@ def group_by_node(
 
 def partition_by_node(
     up: Pipeline[Any],
-    key: Callable[[Any], Any],
+    key: Callable[[Any], Any] | str,
     num_partitions: int,
     fn: Callable[[Any], Any],
 ) -> Node:

@@ -9,6 +9,7 @@ rather than letting the others buffer without bound.
 
 from __future__ import annotations
 
+import operator
 import zlib
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,8 @@ from aioflow._core.base import PipelineBase, pipeline_of
 from aioflow._core.channel import Channel
 from aioflow._core.fanin import merge_all
 from aioflow._core.tasks import aclosing, cancel_and_wait
-from aioflow.errors import PipelineError
+from aioflow.errors import PipelineError, annotate
+from aioflow.ops.columnar import kind_of, split
 from aioflow.ops.kit import (
     CHANNEL_ITEMS,
     ChunkIter,
@@ -86,7 +88,7 @@ def _feed(chan: Channel, index: int) -> Pipeline[Any]:
 
 async def _route(
     src: ChunkIter,
-    key: Callable[[Any], Hashable],
+    key: Callable[[Any], Hashable] | str,
     chans: list[Channel],
     ctx: Ctx,
 ) -> BaseException | None:
@@ -95,13 +97,34 @@ async def _route(
     pos = 0
     error: BaseException | None = None
 
+    name = key if isinstance(key, str) else None
+    get: Callable[[Any], Any] = operator.itemgetter(key) if isinstance(key, str) else key
+
     def part_of(x: Any) -> int:
-        return _stable_hash(key(x)) % n
+        return _stable_hash(get(x)) % n
 
     try:
         async with aclosing(src):
             async for chunk in src:
                 parts: list[list[Any]] = [[] for _ in range(n)]
+                if name is not None and chunk and kind_of(chunk[0]) is not None:
+                    try:  # record batches by a column: their rows to the partitions
+                        for b in chunk:
+                            for part, rows in zip(
+                                parts, split(b, name, n, _stable_hash), strict=True
+                            ):
+                                if rows is not None:
+                                    part.append(rows)
+                    except Exception as e:
+                        error = annotate(e, ctx.name, pos)
+                        break
+                    pos += len(chunk)
+                    for chan, part in zip(chans, parts, strict=True):
+                        if part:
+                            await chan.put(part)
+                    if all(c.gone for c in chans):
+                        break
+                    continue
                 which, error = each(part_of, chunk, ctx.name, pos)
                 for x, i in zip(chunk, which, strict=False):  # (up to a failing key)
                     parts[i].append(x)
@@ -120,12 +143,14 @@ async def _route(
 
 
 def build_partition_by(
-    key: Callable[[Any], Hashable],
+    key: Callable[[Any], Hashable] | str,
     num_partitions: int,
     fn: Callable[[Pipeline[Any]], Pipeline[Any]],
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
-    if not callable(key) or not callable(fn):
-        raise PipelineError("partition_by needs a callable key and a callable fn")
+    if not (callable(key) or isinstance(key, str)) or not callable(fn):
+        raise PipelineError(
+            "partition_by needs a callable key (or a column name) and a callable fn"
+        )
     if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
         raise PipelineError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
     if num_partitions < 1:

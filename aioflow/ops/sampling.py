@@ -16,6 +16,7 @@ import numpy as np
 
 from aioflow._core.chunks import skip_chunks
 from aioflow.errors import PipelineError
+from aioflow.ops.columnar import column, kind_of, masked
 from aioflow.ops.kit import (
     INFINITE_CARD,
     LOGGED,
@@ -76,7 +77,7 @@ def _ratio(target: np.ndarray, initial: np.ndarray) -> np.ndarray:
 
 
 def _rejection_resample(
-    class_fn: Callable[[Any], Any],
+    class_fn: Callable[[Any], Any] | str,
     target_dist: Any,
     initial_dist: Any,
     seed: int | None,
@@ -91,8 +92,10 @@ def _rejection_resample(
     Without ``initial_dist`` it is estimated online from the classes seen so far (counts
     starting at 10 per class, as tf.data does), the item itself included.
     """
-    if not callable(class_fn):
-        raise PipelineError(f"rejection_resample needs a callable class_fn, got {class_fn!r}")
+    if not callable(class_fn) and not isinstance(class_fn, str):
+        raise PipelineError(
+            f"rejection_resample needs a callable class_fn or a column name, got {class_fn!r}"
+        )
     target = probabilities("target_dist", target_dist)
     k = len(target)
     known: np.ndarray | None = None
@@ -116,6 +119,13 @@ def _rejection_resample(
         async with aclosing(src):
             async for chunk in src:
                 log.mark(emitted, pos, {"rng": rng.bit_generator.state, "counts": counts.tolist()})
+                if isinstance(class_fn, str) and chunk and kind_of(chunk[0]) is not None:
+                    out, counts = _resample_batches(chunk, class_fn, k, rng, known, counts, target)
+                    pos += len(chunk)
+                    if out:
+                        emitted += len(out)
+                        yield out
+                    continue
                 classes, failure = _classes_of(chunk, class_fn, k, ctx, pos)
                 if classes:
                     cls = np.asarray(classes, dtype=np.intp)
@@ -140,13 +150,50 @@ def _rejection_resample(
     return build
 
 
+def _resample_batches(
+    chunk: list[Any],
+    name: str,
+    k: int,
+    rng: np.random.Generator,
+    known: np.ndarray | None,
+    counts: np.ndarray,
+    target: np.ndarray,
+) -> tuple[list[Any], np.ndarray]:
+    """Record batches resampled by rows, class column ``name``: the same draws, one per
+    row in arrival order, as the per-item path on the same rows; a batch keeps its kept
+    rows (one ``take``), a batch left with none goes."""
+    out = []
+    for b in chunk:
+        if kind_of(b) is None:
+            raise PipelineError(
+                f"rejection_resample of record batches got a {type(b).__name__}, not a batch"
+            )
+        col = column(b, name)
+        if col.dtype.kind not in "iu" and len(col):
+            raise PipelineError(f"class column {name!r} must hold ints, not {col.dtype}")
+        cls = col.astype(np.intp)
+        if len(cls) and (cls.min() < 0 or cls.max() >= k):
+            bad = int(cls[(cls < 0) | (cls >= k)][0])
+            raise PipelineError(f"class {bad} is outside target_dist's {k} classes")
+        if not len(cls):
+            continue
+        if known is not None:
+            accept = known[cls]
+        else:
+            accept, counts = _estimated_acceptance(cls, counts, target)
+        kept = masked(b, rng.random(len(cls)) < accept, None)
+        if kept is not None:
+            out.append(kept)
+    return out, counts
+
+
 def _classes_of(
-    chunk: list[Any], class_fn: Callable[[Any], Any], k: int, ctx: Ctx, pos: int
+    chunk: list[Any], class_fn: Callable[[Any], Any] | str, k: int, ctx: Ctx, pos: int
 ) -> tuple[list[int], BaseException | None]:
     """The classes of the chunk's items, up to the first that fails (and its error)."""
 
     def class_of(x: Any) -> int:
-        c = class_fn(x)
+        c = x[class_fn] if isinstance(class_fn, str) else class_fn(x)
         if isinstance(c, bool) or not isinstance(c, int | np.integer):
             raise PipelineError(f"{ctx.name}: class_fn must return an int, got {c!r}")
         if not 0 <= c < k:
@@ -172,14 +219,14 @@ def _estimated_acceptance(
 
 def rejection_resample_node(
     up: Pipeline[Any],
-    class_fn: Callable[[Any], int],
+    class_fn: Callable[[Any], int] | str,
     target_dist: list[float],
     initial_dist: list[float] | None,
     seed: int | None,
 ) -> Node:
     """``rejection_resample``: keep items at random so that classes follow ``target_dist``."""
     return Node(
-        f"rejection_resample({fn_name(class_fn)})",
+        f"rejection_resample({class_fn if isinstance(class_fn, str) else fn_name(class_fn)})",
         _rejection_resample(class_fn, target_dist, initial_dist, seed),
         inputs=(up,),
         card=card_unknown,

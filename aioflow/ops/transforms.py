@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from aioflow._calls.maps import DROP, ErrorPolicy, concurrent_map, inline_map, is_async_callable
@@ -18,6 +19,7 @@ from aioflow._core.autotune import AUTOTUNE, resolve_concurrency
 from aioflow._core.base import PipelineBase
 from aioflow._core.chunks import enumerate_chunks, iterable_chunks, skip_chunks
 from aioflow.errors import PipelineError
+from aioflow.ops.columnar import kind_of, masked
 from aioflow.ops.kit import (
     CHUNK_MAX,
     INFINITE_CARD,
@@ -81,11 +83,14 @@ def map_node(
     task = concurrency != 1 or executor is not None or timeout is not None
     inline = not task and not is_async
     slots = resolve_concurrency(concurrency, executor)
-    post = (lambda x, y: x if y else DROP) if keep else None
+    # (a filter of record batches by a row mask keeps the rows: ops/columnar.masked)
+    post = (lambda x, y: masked(x, y, DROP)) if keep else None
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         src = inputs[0]()
         policy = ErrorPolicy(on_error)
+        if inline and keep:
+            return _inline_filter(src, fn, ctx, policy)
         if inline:
             return inline_map(src, fn, ctx, policy, keep=keep)
         return concurrent_map(
@@ -131,6 +136,40 @@ def map_node(
             pool_owner=owner,
         ),
     )
+
+
+async def _inline_filter(
+    src: ChunkIter, fn: Callable[[Any], Any], ctx: Ctx, policy: ErrorPolicy
+) -> ChunkIter:
+    """An inline filter; on record batches (the first item tells) a filter of their rows
+    by the row mask ``fn`` gives (``ops/columnar.masked``), an empty batch left out."""
+    async with aclosing(src):
+        first = None
+        async for chunk in src:
+            first = chunk
+            break
+        if first is None:
+            return
+        rest = _chain(first, src)
+        if not first or kind_of(first[0]) is None:
+            async for out in inline_map(rest, fn, ctx, policy, keep=True):
+                yield out
+            return
+        rows = partial(_rows_of, fn)
+        async for out in inline_map(rest, rows, ctx, policy, keep=False):
+            out = [x for x in out if x is not DROP]
+            if out:
+                yield out
+
+
+def _rows_of(fn: Callable[[Any], Any], x: Any) -> Any:
+    return masked(x, fn(x), DROP)
+
+
+async def _chain(first: list[Any], src: ChunkIter) -> ChunkIter:
+    yield first
+    async for c in src:
+        yield c
 
 
 def _check_call(

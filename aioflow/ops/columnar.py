@@ -1,0 +1,340 @@
+"""Record batches as items: what the columnar operators share (``ops/columnar_*.py``).
+
+The rule: a stage whose key (``key``, ``time``, ``by``, ``on``) is a column name (a
+string) and whose first input item is a ``pyarrow.RecordBatch`` or a dict of equal-length
+1-D numpy arrays runs columnar: every item is a batch of rows, the stage works on the rows
+with numpy kernels (no Python object per row) and emits batches of the same kind.
+
+Here: telling a batch (``kind_of``), its columns as numpy arrays (temporal ones as int64
+in their unit, ``numeric``), taking and concatenating rows of either kind, row masks
+(``filter``), partitions of rows (``partition_by``), windows and groups of rows (``windows_of``) and
+``Rows`` (the rows a machine holds with their arrival numbers, the pieces of its
+resumable state). ``ops/columnar_base.py`` has ``Auto`` (the per-item or the columnar
+machine, picked at the first chunk) and what the columnar machines share.
+
+A held row is logged as a *piece* ``(PIECE, batch position, rows' indices in it, rows)``
+(``_state/held.py``): a resumed stage puts its pieces back in arrival order.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from aioflow.errors import PipelineError
+from aioflow.ops.event_time_core import Window
+
+__all__ = [
+    "PIECE",
+    "Rows",
+    "column",
+    "concat",
+    "kind_of",
+    "masked",
+    "numeric",
+    "span",
+    "take",
+    "windows_of",
+]
+
+PIECE = "aioflow.rows"
+EMPTY = np.empty(0, np.int64)
+
+
+def kind_of(x: Any) -> str | None:
+    """``"arrow"`` (a ``pyarrow.RecordBatch``), ``"dict"`` (equal-length 1-D numpy arrays)
+    or None (an item of the per-item path)."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(x, pa.RecordBatch):
+        return "arrow"
+    if isinstance(x, dict) and x:
+        n = -1
+        for v in x.values():
+            if not isinstance(v, np.ndarray) or v.ndim < 1 or (n >= 0 and len(v) != n):
+                return None
+            n = len(v)
+        return "dict"
+    return None
+
+
+def is_piece(x: Any) -> bool:
+    return isinstance(x, tuple) and len(x) == 4 and x[0] == PIECE
+
+
+def nrows(b: Any) -> int:
+    return b.num_rows if not isinstance(b, dict) else len(next(iter(b.values())))
+
+
+def column(b: Any, name: str) -> np.ndarray:
+    """Column ``name`` of batch ``b`` as a numpy array (a key column holds no nulls)."""
+    if isinstance(b, dict):
+        if name not in b:
+            raise PipelineError(f"no column {name!r} in a batch of columns {list(b)}")
+        return b[name]
+    i = b.schema.get_field_index(name)
+    if i < 0:
+        raise PipelineError(f"no column {name!r} in a batch of columns {b.schema.names}")
+    col = b.column(i)
+    if col.null_count:
+        raise PipelineError(f"key column {name!r} has {col.null_count} null(s)")
+    return np.asarray(col.to_numpy(zero_copy_only=False))
+
+
+def numeric(a: np.ndarray) -> tuple[np.ndarray, np.dtype[Any] | None]:
+    """Times or keys to compare and subtract: datetime64/timedelta64 as int64 (and their
+    dtype, to convert back), numbers as they are."""
+    if a.dtype.kind in "mM":
+        return a.view(np.int64), a.dtype
+    return a, None
+
+
+def span(v: Any, unit: np.dtype[Any] | None) -> Any:
+    """A ``max_delay``/``gap`` in the units of a ``numeric`` column."""
+    if v is None:
+        return None
+    if unit is not None and isinstance(v, timedelta):
+        return int(
+            np.timedelta64(v).astype(f"timedelta64[{np.datetime_data(unit)[0]}]").view(np.int64)
+        )
+    return v
+
+
+def scalar(v: Any, unit: np.dtype[Any] | None) -> Any:
+    """An internal time back as the column's scalar (None stays None)."""
+    if v is None or unit is None:
+        return v
+    return np.array([v], np.int64).view(unit)[0]
+
+
+def take(b: Any, idx: np.ndarray) -> Any:
+    if isinstance(b, dict):
+        return {k: v[idx] for k, v in b.items()}
+    import pyarrow as pa
+
+    return b.take(pa.array(idx, pa.int64()))
+
+
+def slice_of(b: Any, a: int, z: int) -> Any:
+    if isinstance(b, dict):
+        return {k: v[a:z] for k, v in b.items()}
+    return b.slice(a, z - a)
+
+
+def concat(parts: Sequence[Any]) -> Any:
+    """The rows of ``parts`` (batches of one kind and schema), one after the other."""
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], dict):
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    import pyarrow as pa
+
+    if hasattr(pa, "concat_batches"):
+        return pa.concat_batches(list(parts))
+    t = pa.Table.from_batches(list(parts)).combine_chunks()
+    got = t.to_batches()
+    return got[0] if got else parts[0].slice(0, 0)
+
+
+def mask_of(y: Any, n: int) -> np.ndarray | None:
+    """``y`` as a row mask of ``n`` rows (a numpy bool array, a pyarrow boolean array:
+    nulls are false), or None when it is not one."""
+    if isinstance(y, np.ndarray):
+        return y if y.dtype == np.bool_ and y.shape == (n,) else None
+    pa = sys.modules.get("pyarrow")
+    arrow = pa is not None and isinstance(y, pa.Array | pa.ChunkedArray)
+    if arrow and pa is not None and pa.types.is_boolean(y.type) and len(y) == n:
+        return np.asarray(y.fill_null(False).to_numpy(zero_copy_only=False), bool)
+    return None
+
+
+def masked(x: Any, y: Any, drop: Any) -> Any:
+    """``filter``'s output for item ``x`` whose predicate gave ``y``: for a batch and a
+    row mask, its rows where the mask is true (``drop`` when none); else ``x`` or
+    ``drop`` by the truth of ``y``."""
+    if kind_of(x) is not None:
+        m = mask_of(y, nrows(x))
+        if m is not None:
+            keep = np.flatnonzero(m)
+            if not len(keep):
+                return drop
+            return x if len(keep) == len(m) else take(x, keep)
+    return x if y else drop
+
+
+def partitions(keys: np.ndarray, n: int, stable_hash: Callable[[Any], int]) -> np.ndarray:
+    """Each row's partition of ``n`` by its key, as ``partition_of`` gives it per item:
+    ints by splitmix64 in numpy, other keys by ``stable_hash`` once per distinct value."""
+    if keys.dtype.kind in "iu":
+        with np.errstate(over="ignore"):
+            z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+        return (z % np.uint64(n)).astype(np.int64)
+    uniq, inv = np.unique(keys, return_inverse=True)
+    hs = np.asarray([stable_hash(k) % n for k in uniq.tolist()], np.int64)
+    return hs[inv.reshape(-1)]
+
+
+def split(b: Any, name: str, n: int, stable_hash: Callable[[Any], int]) -> list[Any]:
+    """The rows of batch ``b`` per partition of their ``name`` key (None: no row)."""
+    part = partitions(column(b, name), n, stable_hash)
+    order = np.argsort(part, kind="stable")
+    cuts = np.searchsorted(part[order], np.arange(n + 1))
+    return [
+        take(b, order[cuts[i] : cuts[i + 1]]) if cuts[i + 1] > cuts[i] else None for i in range(n)
+    ]
+
+
+def pylist(a: np.ndarray, arrow: bool) -> list[Any]:
+    """Values of a column as Python objects, as a batch's rows have them (Arrow: as
+    ``to_pylist``; dicts: numbers as Python numbers, times as numpy scalars)."""
+    if a.dtype.kind in "mM":
+        if arrow:
+            import pyarrow as pa
+
+            return list(pa.array(a).to_pylist())
+        return list(a)
+    return list(a.tolist())
+
+
+def windows_of(
+    rows: Any,
+    counts: np.ndarray,
+    key: str | None,
+    spans: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[Any]:
+    """Windows (or groups) of ``rows`` taken ``counts`` at a time: ``af.Window(key, start,
+    end, items)`` with ``spans`` (starts, ends), ``(key, items)`` without; ``items`` a
+    zero-copy slice of ``rows`` (a batch of the stream's kind), ``key`` its first row's
+    ``key`` column (None without ``key``)."""
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    heads = offs[:-1]
+    arrow = not isinstance(rows, dict)
+    if key is None:
+        keys: list[Any] = [None] * len(counts)
+    elif arrow:
+        import pyarrow as pa
+
+        keys = rows.column(key).take(pa.array(heads, pa.int64())).to_pylist()
+    else:
+        keys = pylist(rows[key][heads], False)
+    a, z = offs[:-1].tolist(), offs[1:].tolist()
+    items = [slice_of(rows, i, j) for i, j in zip(a, z, strict=True)]
+    if spans is None:
+        return list(zip(keys, items, strict=True))
+    starts, ends = pylist(spans[0], arrow), pylist(spans[1], arrow)
+    return [Window(*w) for w in zip(keys, starts, ends, items, strict=True)]
+
+
+class Rows:
+    """Rows a machine holds, in arrival order: per row ``seq`` (its arrival number), ``src``
+    (its batch's position in the input), ``idx`` (its row in that batch) and the machine's
+    own arrays in ``cols``. The rows' data stay in the input batches (``segs``; row ``i``
+    is row ``pidx[i]`` of ``segs[part[i]]``) until ``gather`` takes them out: holding,
+    appending and dropping rows copies no data; the segments are compacted into one when
+    there are more than ``SEGS`` or they hold more than twice the rows still held."""
+
+    __slots__ = ("cols", "idx", "part", "pidx", "segs", "seq", "src")
+    SEGS = 16
+
+    def __init__(self, cols: dict[str, np.ndarray] | None = None) -> None:
+        self.segs: list[Any] = []
+        self.seq = self.src = self.idx = self.part = self.pidx = EMPTY
+        self.cols = cols or {}
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @classmethod
+    def of(cls, b: Any, src: int, seq0: int, **cols: np.ndarray) -> Rows:
+        n = nrows(b)
+        r = cls(cols)
+        r.segs = [b]
+        r.seq, r.src = np.arange(seq0, seq0 + n), np.full(n, src, np.int64)
+        r.idx = r.pidx = np.arange(n)
+        r.part = np.zeros(n, np.int64)
+        return r
+
+    def _like(self, pos: np.ndarray | slice, segs: list[Any], part: np.ndarray) -> Rows:
+        r = Rows({k: v[pos] for k, v in self.cols.items()})
+        r.segs, r.part = segs, part
+        r.seq, r.src, r.idx, r.pidx = self.seq[pos], self.src[pos], self.idx[pos], self.pidx[pos]
+        return r
+
+    def cat(self, other: Rows) -> Rows:
+        if not len(self):
+            return other
+        if not len(other):
+            return self
+        r = Rows({k: np.concatenate([v, other.cols[k]]) for k, v in self.cols.items()})
+        r.segs = self.segs + other.segs
+        r.part = np.concatenate([self.part, other.part + len(self.segs)])
+        for a in ("seq", "src", "idx", "pidx"):
+            setattr(r, a, np.concatenate([getattr(self, a), getattr(other, a)]))
+        return r
+
+    def take(self, pos: np.ndarray) -> Rows:
+        """The rows at ``pos`` (their data not copied)."""
+        if not len(pos):
+            return Rows({k: v[:0] for k, v in self.cols.items()})
+        r = self._like(pos, self.segs, self.part[pos])
+        size = sum(nrows(b) for b in r.segs)
+        if len(r.segs) > self.SEGS or size > 2 * len(r) + 4096:
+            one = r.gather(np.arange(len(r)))
+            r.segs, r.part, r.pidx = [one], np.zeros(len(r), np.int64), np.arange(len(r))
+        return r
+
+    def gather(self, pos: np.ndarray) -> Any:
+        """The data of the rows at ``pos``, in that order: a batch."""
+        part = self.part[pos]
+        if not len(pos) or (part == part[0]).all():
+            p = int(part[0]) if len(pos) else 0
+            return take(self.segs[p], self.pidx[pos])
+        order = np.argsort(part, kind="stable")
+        ps = part[order]
+        cuts = np.flatnonzero(np.diff(ps)) + 1
+        got = [take(self.segs[int(part[g[0]])], self.pidx[pos[g]]) for g in np.split(order, cuts)]
+        back = np.empty(len(pos), np.int64)
+        back[order] = np.arange(len(pos))
+        return take(concat(got), back)
+
+    def pieces(
+        self, pos: np.ndarray | None = None, before: int | None = None, data: Any = None
+    ) -> list[Any]:
+        """Log entries ``(src, piece)`` of the rows at ``pos`` (all: None), one per input
+        batch, only those of batches before ``before``; ``data``: theirs, gathered."""
+        if pos is None:
+            pos = np.arange(len(self))
+        sel = np.arange(len(pos))
+        if before is not None:
+            sel = sel[self.src[pos] < before]
+        if not len(sel):
+            return []
+        sel = sel[np.argsort(self.seq[pos[sel]], kind="stable")]
+        pos = pos[sel]
+        src = self.src[pos]
+        data = self.gather(pos) if data is None else take(data, sel)
+        cuts = np.flatnonzero(np.diff(src)) + 1
+        out = []
+        for a, z in zip(
+            np.concatenate([[0], cuts]).tolist(), np.append(cuts, len(pos)).tolist(), strict=True
+        ):
+            s = int(src[a])
+            out.append((s, (PIECE, s, self.idx[pos[a:z]], slice_of(data, a, z))))
+        return out
+
+    @classmethod
+    def restored(cls, pieces: Sequence[Any]) -> Any:
+        """The rows of logged pieces in arrival order (None: no rows)."""
+        parts = [p for p in pieces if nrows(p[3])]
+        if not parts:
+            return None
+        src = np.concatenate([np.full(len(p[2]), p[1], np.int64) for p in parts])
+        idx = np.concatenate([np.asarray(p[2], np.int64) for p in parts])
+        data = concat([p[3] for p in parts])
+        return take(data, np.lexsort((idx, src)))

@@ -1,0 +1,145 @@
+"""What the columnar machines share (``ColumnarBase``), and ``Auto``: the per-item
+machine, or its columnar twin when a column-name key meets record batches (the rule in
+``ops/columnar.py``), picked at the first chunk or from the state being restored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from aioflow.errors import PipelineError
+from aioflow.ops.columnar import column, is_piece, kind_of, numeric, scalar, span
+
+__all__ = ["Auto", "ColumnarBase"]
+
+
+class Auto:
+    """The per-item machine, or (a string key and batches coming in) its columnar twin.
+
+    It decides at the first chunk (``access``), or at ``restore`` when the state says
+    ``"columnar"``; until then it answers as the per-item machine.
+    """
+
+    def __init__(
+        self,
+        item: Any,
+        item_access: Callable[..., Any],
+        columnar: Callable[[], Any] | None,
+    ) -> None:
+        self.m = item
+        self.item_access = item_access
+        self.make = columnar
+        self.decided = columnar is None
+        self.col = False
+
+    def _columnar(self) -> None:
+        assert self.make is not None
+        m = self.make()
+        m.gone = self.m.gone
+        self.m, self.decided, self.col = m, True, True
+
+    def access(
+        self, chunk: list[Any], stage: str, pos: int
+    ) -> tuple[list[list[Any]], BaseException | None]:
+        if not self.decided and chunk:
+            self.decided = True
+            if kind_of(chunk[0]) is not None or is_piece(chunk[0]):
+                self._columnar()
+        if self.col:
+            return [chunk], None
+        return self.item_access(chunk, stage, pos)
+
+    @property
+    def gone(self) -> list[Any]:
+        return self.m.gone
+
+    @gone.setter
+    def gone(self, v: list[Any]) -> None:
+        self.m.gone = v
+
+    late = property(lambda self: self.m.late)
+    evicted = property(lambda self: self.m.evicted)
+    watermark = property(lambda self: self.m.watermark)
+    event_time = property(lambda self: self.m.event_time)
+
+    def held(self) -> Any:
+        return self.m.held()
+
+    def state(self) -> Any:
+        return self.m.state()
+
+    def restore(self, scalars: dict[str, Any], cols: Any, items: Sequence[Any]) -> None:
+        if scalars.get("columnar") and not self.col:
+            self._columnar()
+        self.decided = self.decided or self.col  # (nothing held: the first chunk tells)
+        self.m.restore(scalars, cols, items)
+
+    def add(self, cols: Any, items: Sequence[Any], start: int, out: list[Any]) -> None:
+        self.m.add(cols, items, start, out)
+
+    def finish(self, out: list[Any]) -> None:
+        self.m.finish(out)
+
+
+class ColumnarBase:
+    """What the columnar machines share: counts, the largest key/time seen (internal
+    units), the kind of the stream and a check that every item is a batch of it."""
+
+    def __init__(self, on_late: str = "emit", delay: Any = 0) -> None:
+        self.on_late, self.delay0 = on_late, delay
+        self.max: Any = None
+        self.unit: np.dtype[Any] | None = None
+        self.kind: str | None = None
+        self.done = False
+        self.late = self.evicted = 0
+        self.rows = 0  # arrival numbers of rows
+        self.gone: list[Any] = []
+
+    def batch(self, b: Any, pos: int) -> Any:
+        k = kind_of(b)
+        if k is None or (self.kind is not None and k != self.kind):
+            want = self.kind or "a record batch or a dict of numpy arrays"
+            raise PipelineError(
+                f"item {pos}: a columnar stage (a column-name key on batches) got"
+                f" {type(b).__name__}, not {want}; use a function key for items"
+            )
+        self.kind = k
+        return b
+
+    def times(self, b: Any, name: str) -> np.ndarray:
+        a, unit = numeric(column(b, name))
+        if self.unit is None and unit is not None:
+            self.unit = unit
+            self.to_units()
+        return a
+
+    def to_units(self) -> None:
+        """Spans given as timedeltas into the column's unit (once it is known)."""
+
+    @property
+    def event_time(self) -> Any:
+        return scalar(self.max, self.unit)
+
+    @property
+    def watermark(self) -> Any:
+        if self.max is None:
+            return None
+        return scalar(self.max if self.done else self.max - self.delay, self.unit)
+
+    @property
+    def delay(self) -> Any:
+        return span(self.delay0, self.unit)
+
+    def state(self) -> dict[str, Any]:
+        mx = self.max.item() if isinstance(self.max, np.generic) else self.max
+        unit = None if self.unit is None else str(self.unit)
+        return {"columnar": True, "max": mx, "unit": unit}
+
+    def restore_scalars(self, scalars: dict[str, Any]) -> None:
+        self.max = scalars.get("max")
+        if scalars.get("unit"):
+            self.unit = np.dtype(scalars["unit"])
+            self.to_units()

@@ -1,0 +1,243 @@
+"""The columnar sort_by and sessions against their per-item twins on the same rows; every
+columnar machine (group_by too) resumed anywhere."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _columnar import batch_of, batched, flat, run, source, window_rows
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioflow as af
+
+FAST = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+SORTS = {
+    "max_delay": lambda p, a: p.sort_by("t", max_delay=a % 6, on_late=("drop", "emit")[a % 2]),
+    "buffer_size": lambda p, a: p.sort_by(
+        "t", buffer_size=a % 7 + 1, reverse=a % 3 == 0, on_late=("drop", "emit")[a % 2]
+    ),
+}
+
+
+def _sessions(p, a):
+    return p.sessions(
+        "t",
+        a % 4 + 1,
+        by="k",
+        max_delay=a % 5,
+        max_items=(None, 4)[a % 2 == 1 and a > 5],
+        max_duration=(None, 7)[a % 5 == 0],
+        on_late=("drop", "emit")[a % 2],
+        max_keys=(None, 2)[a % 7 == 3],
+    )
+
+
+@FAST
+@given(batched(), st.sampled_from(sorted(SORTS)), st.integers(0, 20))
+def test_columnar_sort_by_equals_the_per_item_sort(compact, data, mode, a):
+    rows, batches, _, _ = data
+    want, late = run(SORTS[mode](af.from_iterable(rows), a))
+    got, got_late = run(SORTS[mode](source(batches), a))
+    assert flat(got) == want
+    assert got_late == late
+    assert all(not isinstance(b, list) for b in got)
+
+
+@pytest.fixture(params=["as shipped", "compacting at every batch"])
+def compact(request, monkeypatch):
+    """The columnar buffers as shipped, or dropping dead rows and merging segments always."""
+    if request.param != "as shipped":
+        from aioflow.ops.columnar import Rows
+        from aioflow.ops.columnar_held import SessionRows
+        from aioflow.ops.columnar_sessions import ColSessions
+
+        monkeypatch.setattr(ColSessions, "COMPACT", 0)
+        monkeypatch.setattr(Rows, "SEGS", 1)
+        monkeypatch.setattr(SessionRows, "SLACK", 0)
+
+
+@FAST
+@given(batched(), st.integers(0, 30), st.booleans())
+def test_columnar_sessions_equal_the_per_item_sessions(compact, data, a, ordered):
+    rows, batches, _, kind = data
+    if ordered:  # what sort_by(max_delay=) gives: the vectorized path
+        rows = sorted(rows, key=lambda r: r["t"])
+        batches = _recut(rows, batches, kind)
+    want, late = run(_sessions(af.from_iterable(rows), a))
+    got, got_late = run(_sessions(source(batches), a))
+    assert flat(got) == window_rows(want)
+    assert got_late == late
+
+
+def _windows(p, a):
+    return p.window_by_time(
+        "t", a % 5 + 2, by=("k", None)[a % 3 == 0], max_delay=a % 4,
+        allowed_lateness=a % 3, on_late=("drop", "emit")[a % 2],
+    )  # fmt: skip
+
+
+@FAST
+@given(batched(), st.integers(0, 30), st.booleans())
+def test_columnar_windows_equal_the_per_item_windows(compact, data, a, ordered):
+    rows, batches, _, kind = data
+    if ordered:
+        rows = sorted(rows, key=lambda r: r["t"])
+        batches = _recut(rows, batches, kind)
+    want, late = run(_windows(af.from_iterable(rows), a))
+    got, got_late = run(_windows(source(batches), a))
+    assert flat(got) == window_rows(want)
+    assert got_late == late
+
+
+def test_sliding_windows_of_batches_are_refused_clearly():
+    b = batch_of([{"t": 1, "k": 0, "i": 0, "v": 1.0}], "arrow")
+    with pytest.raises(af.PipelineError, match="sliding"):
+        source([b]).window_by_time("t", 4, slide=2).to_list()
+
+
+def _recut(rows, batches, kind):
+    out, i = [], 0
+    for b in batches:
+        n = b.num_rows if kind == "arrow" else len(b["t"])
+        out.append(batch_of(rows[i : i + n], kind))
+        i += n
+    return out
+
+
+@FAST
+@given(batched(), st.integers(0, 20))
+def test_sort_then_sessions_on_batches_equals_per_item(data, a):
+    rows, batches, jitter, _ = data
+
+    def job(p):
+        return p.sort_by("t", max_delay=jitter).sessions("t", a % 5 + 1, by="k")
+
+    want, late = run(job(af.from_iterable(rows)))
+    got, got_late = run(job(source(batches)))
+    assert flat(got) == window_rows(want)
+    assert got_late == late == 0
+
+
+def test_late_rows_are_counted_and_raise_as_for_items():
+    rows = [{"t": t, "k": 0, "i": i, "v": 0.0} for i, t in enumerate([5, 9, 1, 10, 2])]
+    b = [batch_of(rows[:2], "arrow"), batch_of(rows[2:], "arrow")]
+    got, late = run(source(b).sort_by("t", max_delay=2, on_late="drop"))
+    assert [r["t"] for r in flat(got)] == [5, 9, 10] and late == 2
+    with pytest.raises(af.LateItem):
+        source(b).sort_by("t", max_delay=2, on_late="raise").to_list()
+    with pytest.raises(af.LateItem):
+        source(b).sessions("t", 1, by="k", on_late="raise").to_list()
+
+
+def test_sessions_of_batches_are_windows_of_batches_and_keep_types():
+    ts = np.array(
+        ["2024-01-01T00:00:00", "2024-01-01T00:00:10", "2024-01-01T00:02:00"], "datetime64[ms]"
+    )
+    b = pa.record_batch({"ts": pa.array(ts), "user": ["a", "a", "a"], "x": [1, None, 3]})
+    from datetime import datetime, timedelta
+
+    outs = source([b]).sessions("ts", timedelta(seconds=30), by="user").to_list()
+    assert [type(w) for w in outs] == [af.Window, af.Window]
+    assert all(isinstance(w.items, pa.RecordBatch) for w in outs)
+    assert [w.items.schema for w in outs] == [b.schema] * 2
+    assert [w.items.num_rows for w in outs] == [2, 1] and outs[0].items["x"][1].as_py() is None
+    assert outs[0].key == "a" and outs[0].start == datetime(2024, 1, 1)
+    assert outs[0].end - outs[0].start == timedelta(seconds=40)
+    d = {"ts": ts, "user": np.array(["a", "a", "a"]), "x": np.arange(3.0)}
+    out = source([d]).sessions("ts", timedelta(seconds=30), by="user").to_list()
+    assert [w.key for w in out] == ["a", "a"] and out[0].items["x"].tolist() == [0, 1]
+    assert out[0].end - out[0].start == np.timedelta64(40, "s")
+
+
+def test_a_windows_items_share_the_memory_of_one_batch():
+    rows = [{"t": t, "k": t % 2, "i": t, "v": 1.0} for t in range(10)]
+    out = source([batch_of(rows, "arrow")]).sessions("t", 100, by="k").to_list()
+    assert [w.items["i"].to_pylist() for w in out] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    bufs = {w.items.column(2).buffers()[1].address for w in out}
+    assert len(bufs) == 1  # slices of one gathered batch
+
+
+def test_a_function_key_keeps_the_per_item_path():
+    rows = [{"t": t, "k": 0, "i": 0, "v": 1.0} for t in range(6)]
+    bs = [batch_of(rows[:3], "arrow"), batch_of(rows[3:4], "arrow"), batch_of(rows[4:], "arrow")]
+    out = source(bs).sort_by(lambda b: b.num_rows, buffer_size=3).to_list()
+    assert [id(b) for b in out] == [id(bs[1]), id(bs[2]), id(bs[0])]  # whole batches, as items
+
+
+def test_a_row_after_batches_is_refused_clearly():
+    b = batch_of([{"t": 1, "k": 0, "i": 0, "v": 1.0}], "arrow")
+    with pytest.raises(af.PipelineError, match="columnar"):
+        source([b, {"t": 2, "k": 0}]).sort_by("t", max_delay=1).to_list()
+
+
+def _group_by(p, a):
+    return p.group_by("k", size=(None, a % 4 + 1)[a % 3 != 0], max_keys=(None, 2)[a % 2])
+
+
+def _resample(p, a):
+    initial = (None, [0.5, 0.3, 0.2])[a % 2]
+    return p.rejection_resample("k", [0.2, 0.3, 0.5], initial_dist=initial, seed=a)
+
+
+OPS = {
+    **SORTS,
+    "sessions": _sessions,
+    "group_by": _group_by,
+    "window_by_time": _windows,
+    "rejection_resample": _resample,
+}
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(batched(), st.sampled_from(sorted(OPS)), st.integers(0, 20), st.data())
+def test_columnar_operators_resume_anywhere_exactly(compact, data, op, a, hd):
+    _, batches, _, _ = data
+
+    def make():
+        return OPS[op](source(batches), a)
+
+    whole = make().to_list()
+    k = hd.draw(st.integers(0, len(whole)))
+    with make().iter() as it:
+        head = [next(it) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(it.state_dict()))
+    with make().iter(state=state) as it:
+        rest = list(it)
+    assert flat(head + rest) == flat(whole)
+
+
+def test_sorted_batches_resume_past_the_number_of_input_batches():
+    """The rows of 3 batches sorted by a column come out as 4 batches (one per buffer
+    release): a state after the 4th was refused ("position 4 beyond the epoch's 3
+    items"), the sort's count taken for its input's."""
+
+    def rows(lo, hi):
+        i = np.arange(lo, hi)
+        return {"t": np.zeros(hi - lo, dtype=np.int64), "i": i}
+
+    def make():
+        return af.from_iterable([rows(0, 5), rows(5, 30), rows(30, 55)]).sort_by(
+            "t", buffer_size=1, reverse=True
+        )
+
+    whole = make().to_list()
+    assert len(whole) == 4
+    with make().iter() as it:
+        head = [next(it) for _ in range(4)]
+        state = it.state_dict()
+    with make().iter(state=state) as it:
+        rest = list(it)
+    assert flat(head + rest) == flat(whole)
