@@ -133,20 +133,27 @@ def fork_worker(sock: socket.socket) -> Forked | None:
             os.close(w)
         if len(reply) != _STATUS.size:  # the server is gone: fresh interpreters from now
             os.close(r)
-            forget_server()
+            forget_server(gone=True)
             return None
         return Forked(_STATUS.unpack(reply)[0], r)
 
 
-def forget_server() -> None:
+def forget_server(gone: bool = False) -> None:
     """Drop this process's end of the server's socket (the server then ends, unless a
-    forked copy of this process still holds it: each child forgets it at once)."""
+    forked copy of this process still holds it: each child forgets it at once).
+
+    ``gone``: the server stopped answering (its socket closed, or a timeout). A killed
+    server's socket closes before it is a zombie, so a reap that does not wait can miss
+    it; it is killed (still our unreaped child, so the pid is its own) and waited for."""
     global _server
     server, _server = _server, None
     if server is not None:
         server[1].close()
-        with contextlib.suppress(ChildProcessError):  # (reaped if dead; a child's: not ours)
-            os.waitpid(server[0], os.WNOHANG)
+        with contextlib.suppress(ChildProcessError):  # (a child's copy: not ours)
+            if os.waitpid(server[0], os.WNOHANG)[0] == 0 and gone:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(server[0], signal.SIGKILL)
+                os.waitpid(server[0], 0)
 
 
 def _start(sys_path: list[str]) -> bool:
