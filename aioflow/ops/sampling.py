@@ -172,8 +172,9 @@ def _resample_batches(
         if col.dtype.kind not in "iu" and len(col):
             raise PipelineError(f"class column {name!r} must hold ints, not {col.dtype}")
         cls = col.astype(np.intp)
-        if len(cls) and (cls.min() < 0 or cls.max() >= k):
-            bad = int(cls[(cls < 0) | (cls >= k)][0])
+        outside = (cls < 0) | (cls >= k)
+        if outside.any():
+            bad = int(cls[outside][0])
             raise PipelineError(f"class {bad} is outside target_dist's {k} classes")
         if not len(cls):
             continue
