@@ -19,6 +19,7 @@ from aioflow.io.tables import (
     arrow_compression,
     check_rows,
     open_bytes,
+    open_reader,
     pyarrow,
     table_reader,
 )
@@ -37,8 +38,8 @@ def _opener(
     def open_at(row: int, raw: Any) -> Opened:
         pc = pyarrow("csv", "read_csv")
         stream, close = open_bytes(path, compression, raw)
-        try:
-            r = pc.open_csv(
+        return open_reader(
+            lambda: pc.open_csv(
                 stream,
                 read_options=pc.ReadOptions(block_size=BLOCK),
                 parse_options=pc.ParseOptions(delimiter=delimiter),
@@ -46,16 +47,11 @@ def _opener(
                     include_columns=list(columns) if columns is not None else None,
                     strings_can_be_null=True,
                 ),
-            )
-        except Exception as e:
-            close()
-            if type(e).__name__ == "ArrowInvalid" and str(e).startswith("Empty CSV file"):
-                return iter(()), 0, lambda: None  # an empty file has no rows
-            raise
-        except BaseException:
-            close()
-            raise
-        return iter(r), row, close
+            ),
+            row,
+            close,
+            "Empty CSV file",
+        )
 
     return open_at
 

@@ -27,6 +27,7 @@ from aioflow.io.tables import (
     arrow_compression,
     check_rows,
     open_bytes,
+    open_reader,
     pyarrow,
     table_reader,
 )
@@ -43,17 +44,12 @@ def _opener(path: str, compression: str | None) -> Callable[[int, Any], Opened]:
     def open_at(row: int, raw: Any) -> Opened:
         pj = pyarrow("json", "read_jsonl(batches=n)")
         stream, close = open_bytes(path, compression, raw)
-        try:
-            r = pj.open_json(stream, read_options=pj.ReadOptions(block_size=BLOCK))
-        except Exception as e:
-            close()
-            if type(e).__name__ == "ArrowInvalid" and str(e).startswith("Empty JSON stream"):
-                return iter(()), 0, lambda: None  # an empty file has no rows
-            raise
-        except BaseException:
-            close()
-            raise
-        return iter(r), row, close
+        return open_reader(
+            lambda: pj.open_json(stream, read_options=pj.ReadOptions(block_size=BLOCK)),
+            row,
+            close,
+            "Empty JSON stream",
+        )
 
     return open_at
 

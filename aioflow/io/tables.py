@@ -175,6 +175,23 @@ class _Cutter:
         return pyarrow("", "reading with pyarrow").concat_batches(held)
 
 
+def open_reader(make: Callable[[], Any], row: int, close: Callable[[], None], empty: str) -> Opened:
+    """What an opener returns for a pyarrow streaming reader that ``make()`` opens on a
+    file's bytes (``close`` closes them): a file without rows (pyarrow's ``ArrowInvalid``
+    starting with ``empty``) gives none; ``close`` runs when opening fails."""
+    try:
+        r = make()
+    except Exception as e:
+        close()
+        if type(e).__name__ == "ArrowInvalid" and str(e).startswith(empty):
+            return iter(()), 0, lambda: None  # an empty file has no rows
+        raise
+    except BaseException:
+        close()
+        raise
+    return iter(r), row, close
+
+
 def _close_opened(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is None:
         fut.result().close()
