@@ -135,6 +135,20 @@ def test_the_fork_server_and_its_workers_end_when_the_program_is_sigkilled():
     assert left == []
 
 
+def _program(script: str) -> dict:
+    """Run ``script`` in a program of its own; the JSON it printed last."""
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 KILL_SCRIPT = """
 import json, os, signal, sys, time
 import psutil
@@ -159,16 +173,7 @@ print(json.dumps({"server": server, "n": n, "new": forks.server_pid(), "pids": p
 def test_a_killed_fork_server_is_reaped_and_replaced():
     # (in a program of its own: the server is only started while no other Python thread
     # runs, which a test process that ran other tests cannot promise)
-    run = subprocess.run(
-        [sys.executable, "-c", KILL_SCRIPT],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = _program(KILL_SCRIPT)
     assert got["server"] is not None and got["n"] == 4
     assert got["new"] not in (None, got["server"])
     assert not got["old_exists"]  # reaped: not even a zombie is left
@@ -205,15 +210,6 @@ def test_a_server_whose_socket_closed_before_it_ended_is_reaped():
     """fork_worker learns that the server is gone from its socket, which the kernel closes
     before the process is a zombie: a reap without waiting then found it running and left
     it, a zombie for the rest of the program (the killed-server test failed so in CI)."""
-    run = subprocess.run(
-        [sys.executable, "-c", GONE_SCRIPT],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT},
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = _program(GONE_SCRIPT)
     assert got["got"] is None and got["server"] is None
     assert got["status"] is None  # reaped, not a zombie
