@@ -241,3 +241,86 @@ def test_sorted_batches_resume_past_the_number_of_input_batches():
     with make().iter(state=state) as it:
         rest = list(it)
     assert flat(head + rest) == flat(whole)
+
+
+def _clicks(batches, rows=1000, seed=0):
+    """``batches`` dict batches of clicks in time order: sessions of 50 keys."""
+    rng = np.random.default_rng(seed)
+    for b in range(batches):
+        t = np.sort(rng.integers(0, 10 * rows, rows)) + b * 10 * rows
+        yield {"t": t, "k": rng.integers(0, 50, rows), "i": np.arange(b * rows, (b + 1) * rows)}
+
+
+def _log_rows(log):
+    """Rows in a held log's gone entries (a piece counts its rows, an item 1)."""
+    from aioflow.ops.columnar import is_piece
+
+    return sum(len(e[-1][2]) if is_piece(e[-1]) else 1 for g in log.gone for e in g)
+
+
+def test_what_columnar_sessions_log_does_not_grow_with_the_stream(monkeypatch):
+    """The log of rows gone from a columnar stage (for states) was capped in entries, a
+    piece of a batch's rows counting one: over a long stream it kept every row (RSS grew
+    with N). It is capped in rows: here 2,000, whatever the stream's length."""
+    from aioflow._state.held import HeldLog
+
+    monkeypatch.setattr(HeldLog, "ROWS", 2_000, raising=False)
+    logs = []
+    init = HeldLog.__init__
+
+    def record(self, *a, **k):
+        init(self, *a, **k)
+        logs.append(self)
+
+    monkeypatch.setattr(HeldLog, "__init__", record)
+    sizes, n = [], 0
+    p = af.from_iterable(lambda: _clicks(300)).sessions("t", 1_000, by="k")
+    with p.iter() as it:
+        for i, w in enumerate(it):
+            n += len(w.items["t"])
+            if i % 100 == 0:
+                (log,) = logs
+                with log.lock:
+                    sizes.append(_log_rows(log))
+    assert n == 300_000
+    assert len(sizes) > 100
+    assert max(sizes) <= 2 * 2_000 + 4 * 1000, max(sizes)  # (the last chunk's rows too)
+
+
+def test_a_state_further_back_than_the_columnar_log_still_resumes_exactly(monkeypatch):
+    """A state asked for further back than the capped log reaches replays: exact."""
+    from aioflow._state.held import HeldLog
+
+    monkeypatch.setattr(HeldLog, "ROWS", 500, raising=False)
+
+    def make():
+        return af.from_iterable(lambda: _clicks(12, rows=300)).sessions("t", 1_000, by="k")
+
+    whole = make().to_list()
+    for k in (1, len(whole) // 2, len(whole) - 1):
+        with make().iter() as it:
+            head = [next(it) for _ in range(k)]
+            state = pickle.loads(pickle.dumps(it.state_dict()))
+        with make().iter(state=state) as it:
+            rest = list(it)
+        assert [w.items["i"].tolist() for w in head + rest] == [
+            w.items["i"].tolist() for w in whole
+        ]
+
+
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300)
+    | st.lists(st.integers(-5, 5), max_size=300)
+    | st.lists(st.integers(0, 2**40), max_size=300),
+    st.sampled_from(["int64", "int32", "uint8", "uint64", "bool"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_stable_order_is_a_stable_argsort(values, dtype):
+    from aioflow.ops.columnar import stable_order
+
+    info = np.iinfo(dtype) if dtype != "bool" else None
+    if info is not None:
+        values = [min(max(v, info.min), info.max) for v in values]
+    a = np.asarray(values, dtype=dtype) if values else np.empty(0, dtype)
+    assert stable_order(a).tolist() == np.argsort(a, kind="stable").tolist()
+    assert stable_order(a[::2]).tolist() == np.argsort(a[::2], kind="stable").tolist()

@@ -15,6 +15,9 @@ inputs so far, the stage's scalars and how long each *gone* list was. The stage 
 ``gone`` the entries that leave it (emitted, dropped, evicted) and that arrived before
 the current chunk. The items held at a mark are then those held now or gone since, that
 arrived before it. A lock makes a chunk's work and a state's reading one step each.
+The log reaches back ``KEEP`` marks, cut to ``GONE`` entries when it has twice that, or
+(``weigh``: a columnar stage, whose entries are pieces of batches) to ``ROWS`` rows when
+it has twice that, so it does not grow with the stream; a state further back replays.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class _Mark(NamedTuple):
     out: int  # items out so far
     taken: tuple[int, ...]  # items taken from each input so far
     gone: tuple[int, ...]  # len of each gone list (absolute: base + len)
+    weight: tuple[int, ...]  # the weight (rows) of each gone list's entries so far
     scalars: Any  # the stage's own state, JSON-safe
     watermark: Any  # its output watermark then
 
@@ -55,6 +59,7 @@ class HeldLog:
 
     KEEP = 4096  # marks (input chunks)
     GONE = 1 << 16  # entries gone since the oldest mark kept: at most 2x (per input)
+    ROWS = 1 << 18  # with ``weigh``: rows gone since the oldest mark kept, at most 2x
 
     def __init__(
         self,
@@ -62,12 +67,16 @@ class HeldLog:
         held: Callable[[], Sequence[Sequence[Any]]],
         inputs: int = 1,
         event_time: bool = True,
+        weigh: Callable[[Sequence[Any]], int] | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.held = held
         self.inputs = inputs
         self.gone: list[list[Any]] = [[] for _ in range(inputs)]
         self.base = [0] * inputs  # entries cut from the front of each gone list
+        self.weigh = weigh  # the rows of some entries (None: an entry is a row)
+        self.weight = [0] * inputs  # of the entries weighed so far (absolute)
+        self.weighed = [0] * inputs  # entries weighed so far (absolute)
         self.marks: deque[_Mark] = deque(maxlen=self.KEEP)
         self.restored: list[list[Any]] = [[] for _ in range(inputs)]
         self.scalars: Any = None
@@ -93,11 +102,21 @@ class HeldLog:
     def mark(self, out: int, taken: Sequence[int], scalars: Any, watermark: Any) -> None:
         """A chunk starts (call under ``lock``): ``out`` items out, ``taken`` in, so far."""
         gone = tuple(b + len(g) for b, g in zip(self.base, self.gone, strict=True))
-        self.marks.append(_Mark(out, tuple(taken), gone, scalars, watermark))  # (KEEP: the
-        for i, g in enumerate(self.gone):  # oldest mark goes)
+        if self.weigh is not None:
+            for i, g in enumerate(self.gone):
+                self.weight[i] += self.weigh(g[self.weighed[i] - self.base[i] :])
+                self.weighed[i] = gone[i]
+        mark = _Mark(out, tuple(taken), gone, tuple(self.weight), scalars, watermark)
+        self.marks.append(mark)  # (KEEP: the oldest mark goes)
+        for i, g in enumerate(self.gone):
             dead = self.marks[0].gone[i] - self.base[i]  # before the oldest mark: unread
+            rows = self.weight[i] - self.marks[0].weight[i]
             if len(g) > 2 * self.GONE:  # too many since it: cut, and marks before the cut go
                 dead = max(dead, len(g) - self.GONE)
+            elif self.weigh is not None and rows > 2 * self.ROWS:
+                # too many rows since it: cut at the oldest mark within ROWS of now
+                m = next(m for m in self.marks if self.weight[i] - m.weight[i] <= self.ROWS)
+                dead = max(dead, m.gone[i] - self.base[i])
             elif 2 * dead < len(g):  # (cut once half is dead: amortised)
                 continue
             del g[:dead]

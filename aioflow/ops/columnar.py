@@ -37,6 +37,7 @@ __all__ = [
     "masked",
     "numeric",
     "span",
+    "stable_order",
     "take",
     "windows_of",
 ]
@@ -81,7 +82,69 @@ def column(b: Any, name: str) -> np.ndarray:
     col = b.column(i)
     if col.null_count:
         raise PipelineError(f"key column {name!r} has {col.null_count} null(s)")
-    return np.asarray(col.to_numpy(zero_copy_only=False))
+    return as_numpy(col)
+
+
+def _dtype_of(t: Any) -> np.dtype[Any] | None:
+    """The numpy dtype whose values have ``t``'s bytes (a fixed-width number or time)."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return np.dtype(f"{'i' if pa.types.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+    if pa.types.is_floating(t):
+        return np.dtype(f"f{t.bit_width // 8}")
+    if pa.types.is_timestamp(t):
+        return np.dtype(f"datetime64[{t.unit}]")
+    if pa.types.is_duration(t):
+        return np.dtype(f"timedelta64[{t.unit}]")
+    return None
+
+
+def as_numpy(col: Any) -> np.ndarray:
+    """A pyarrow array without nulls as a numpy array: a view of its buffer where its
+    values are fixed-width numbers or times (not ``to_numpy``: that imports pandas,
+    when installed, at its first call: ~0.3 s and ~30 MiB), else ``to_numpy``."""
+    dt = _dtype_of(col.type)
+    if dt is None or col.null_count:
+        return np.asarray(col.to_numpy(zero_copy_only=False))
+    buf = col.buffers()[1]
+    if buf is None:
+        return np.empty(0, dt)
+    return np.frombuffer(buf, dt, len(col), col.offset * dt.itemsize)
+
+
+def indices(idx: np.ndarray) -> Any:
+    """Row numbers as a pyarrow int64 array sharing their memory (not ``pa.array``:
+    that looks for pandas first)."""
+    import pyarrow as pa
+
+    idx = np.ascontiguousarray(idx, np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
+
+
+def stable_order(a: np.ndarray) -> np.ndarray:
+    """``np.argsort(a, kind="stable")``, faster for integers whose range leaves room for
+    the row numbers in an int64: ``(a - min) << bits | row`` sorted (a value sort, not an
+    index sort: 5-8x faster on 64k rows), the low bits then being the order."""
+    n = len(a)
+    if n < 2 or a.dtype.kind not in "iub":
+        return np.argsort(a, kind="stable")
+    if a.dtype.kind == "b":
+        a = a.view(np.uint8)
+    lo, hi = int(a.min()), int(a.max())
+    bits = (n - 1).bit_length()
+    if (hi - lo) >> (62 - bits):
+        return np.argsort(a, kind="stable")
+    if a.dtype == np.uint64:
+        c = (a - np.uint64(lo)).astype(np.int64)
+    else:
+        c = a.astype(np.int64)
+        c -= lo
+    c <<= bits
+    c |= np.arange(n, dtype=np.int64)
+    c.sort()
+    c &= (1 << bits) - 1
+    return c
 
 
 def numeric(a: np.ndarray) -> tuple[np.ndarray, np.dtype[Any] | None]:
@@ -113,9 +176,8 @@ def scalar(v: Any, unit: np.dtype[Any] | None) -> Any:
 def take(b: Any, idx: np.ndarray) -> Any:
     if isinstance(b, dict):
         return {k: v[idx] for k, v in b.items()}
-    import pyarrow as pa
 
-    return b.take(pa.array(idx, pa.int64()))
+    return b.take(indices(idx))
 
 
 def slice_of(b: Any, a: int, z: int) -> Any:
@@ -183,7 +245,7 @@ def partitions(keys: np.ndarray, n: int, stable_hash: Callable[[Any], int]) -> n
 def split(b: Any, name: str, n: int, stable_hash: Callable[[Any], int]) -> list[Any]:
     """The rows of batch ``b`` per partition of their ``name`` key (None: no row)."""
     part = partitions(column(b, name), n, stable_hash)
-    order = np.argsort(part, kind="stable")
+    order = stable_order(part)
     cuts = np.searchsorted(part[order], np.arange(n + 1))
     return [
         take(b, order[cuts[i] : cuts[i + 1]]) if cuts[i + 1] > cuts[i] else None for i in range(n)
@@ -197,7 +259,12 @@ def pylist(a: np.ndarray, arrow: bool) -> list[Any]:
         if arrow:
             import pyarrow as pa
 
-            return list(pa.array(a).to_pylist())
+            unit = np.datetime_data(a.dtype)[0]
+            if unit not in ("s", "ms", "us", "ns"):
+                return list(pa.array(a).to_pylist())
+            typ = (pa.timestamp if a.dtype.kind == "M" else pa.duration)(unit)
+            buf = pa.py_buffer(np.ascontiguousarray(a))
+            return list(pa.Array.from_buffers(typ, len(a), [None, buf]).to_pylist())
         return list(a)
     return list(a.tolist())
 
@@ -218,17 +285,18 @@ def windows_of(
     if key is None:
         keys: list[Any] = [None] * len(counts)
     elif arrow:
-        import pyarrow as pa
-
-        keys = rows.column(key).take(pa.array(heads, pa.int64())).to_pylist()
+        keys = rows.column(key).take(indices(heads)).to_pylist()
     else:
         keys = pylist(rows[key][heads], False)
-    a, z = offs[:-1].tolist(), offs[1:].tolist()
-    items = [slice_of(rows, i, j) for i, j in zip(a, z, strict=True)]
+    a = offs[:-1].tolist()
+    if arrow:  # (slice per window: one call each, ~1 us; what caps a window's cost)
+        items = list(map(rows.slice, a, np.asarray(counts, np.int64).tolist()))
+    else:
+        items = [slice_of(rows, i, j) for i, j in zip(a, offs[1:].tolist(), strict=True)]
     if spans is None:
         return list(zip(keys, items, strict=True))
     starts, ends = pylist(spans[0], arrow), pylist(spans[1], arrow)
-    return [Window(*w) for w in zip(keys, starts, ends, items, strict=True)]
+    return list(map(Window._make, zip(keys, starts, ends, items, strict=True)))
 
 
 class Rows:
@@ -295,10 +363,18 @@ class Rows:
         if not len(pos) or (part == part[0]).all():
             p = int(part[0]) if len(pos) else 0
             return take(self.segs[p], self.pidx[pos])
-        order = np.argsort(part, kind="stable")
+        segs = self.segs
+        if not isinstance(segs[0], dict):  # one take over the segments as a table's chunks
+            import pyarrow as pa
+
+            sizes = np.fromiter((b.num_rows for b in segs), np.int64, len(segs))
+            starts = np.cumsum(sizes) - sizes
+            got = pa.Table.from_batches(segs).take(indices(starts[part] + self.pidx[pos]))
+            return got.combine_chunks().to_batches()[0]
+        order = stable_order(part)
         ps = part[order]
         cuts = np.flatnonzero(np.diff(ps)) + 1
-        got = [take(self.segs[int(part[g[0]])], self.pidx[pos[g]]) for g in np.split(order, cuts)]
+        got = [take(segs[int(part[g[0]])], self.pidx[pos[g]]) for g in np.split(order, cuts)]
         back = np.empty(len(pos), np.int64)
         back[order] = np.arange(len(pos))
         return take(concat(got), back)
@@ -315,7 +391,7 @@ class Rows:
             sel = sel[self.src[pos] < before]
         if not len(sel):
             return []
-        sel = sel[np.argsort(self.seq[pos[sel]], kind="stable")]
+        sel = sel[stable_order(self.seq[pos[sel]])]
         pos = pos[sel]
         src = self.src[pos]
         data = self.gather(pos) if data is None else take(data, sel)

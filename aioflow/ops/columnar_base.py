@@ -68,6 +68,10 @@ class Auto:
     def held(self) -> Any:
         return self.m.held()
 
+    def weigh(self, entries: Sequence[Any]) -> int:
+        """The rows of entries of the log (``HeldLog``'s cap is in rows)."""
+        return self.m.weigh(entries) if self.col else len(entries)
+
     def state(self) -> Any:
         return self.m.state()
 
@@ -97,6 +101,11 @@ class ColumnarBase:
         self.late = self.evicted = 0
         self.rows = 0  # arrival numbers of rows
         self.gone: list[Any] = []
+
+    @staticmethod
+    def weigh(entries: Sequence[Any]) -> int:
+        """The rows of log entries: a piece counts its rows (``HeldLog``'s cap is in rows)."""
+        return sum(len(e[-1][2]) if is_piece(e[-1]) else 1 for e in entries)
 
     def batch(self, b: Any, pos: int) -> Any:
         k = kind_of(b)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, column, windows_of
+from aioflow.ops.columnar import Rows, column, stable_order, windows_of
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.ordering_stream import Groups
 
@@ -58,7 +58,7 @@ class ColGroups(ColumnarBase):
     def fast(self, new: Rows, start: int, out: list[Any]) -> None:
         k, n, size = new.cols["k"], len(new), self.size
         ng = len(self.gkey)
-        o = np.argsort(k, kind="stable")
+        o = stable_order(k)
         ks = k[o]
         head = np.ones(n, bool)
         head[1:] = ks[1:] != ks[:-1]
@@ -68,7 +68,7 @@ class ColGroups(ColumnarBase):
         before = np.zeros(len(heads), np.int64)
         had = np.full(len(heads), -1, np.int64)
         if ng:
-            srt = np.argsort(self.gkey, kind="stable")
+            srt = stable_order(self.gkey)
             sk = self.gkey[srt]
             p = np.minimum(np.searchsorted(sk, ks[heads]), ng - 1)
             hit = sk[p] == ks[heads]
@@ -106,7 +106,7 @@ class ColGroups(ColumnarBase):
         rank[done] = np.arange(len(done))
         rr = rank[allr.cols["g"]]
         em = np.flatnonzero(rr >= 0)
-        em = em[np.argsort(rr[em], kind="stable")]
+        em = em[stable_order(rr[em])]
         if len(done):
             rows = allr.gather(em)
             counts = np.bincount(rr[em], minlength=len(done))
@@ -133,7 +133,7 @@ class ColGroups(ColumnarBase):
         m = Groups(self.size, self.max_keys)
         g = allr.cols["g"]
         held = np.flatnonzero(g >= 0)
-        by = held[np.argsort(g[held], kind="stable")]
+        by = held[stable_order(g[held])]
         cuts = np.searchsorted(g[by], np.arange(len(self.gkey) + 1))
         first = [int(allr.seq[by[cuts[j]]]) for j in range(len(self.gkey))]
         groups: OrderedDict[Any, list[list[Any]]] = OrderedDict()
@@ -171,7 +171,7 @@ class ColGroups(ColumnarBase):
             g = self.buf.cols["g"]
             first = np.full(len(self.gkey), np.iinfo(np.int64).max)
             np.minimum.at(first, g, self.buf.seq)
-            order = np.argsort(first, kind="stable")
+            order = stable_order(first)
             self.emit(self.buf, self.gkey, self.gcount, order, 1 << 62, out)
         self.done = True
 

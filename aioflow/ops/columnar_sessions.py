@@ -10,7 +10,7 @@ The rows held are those of the open sessions, kept per session in chunks
 table of the sessions (key, start, last, first arrival, alive).
 A batch in event-time order (times non-decreasing, none before the largest seen: what
 ``sort_by(max_delay=)`` gives) with no ``max_duration``/``max_items``/``max_keys`` is
-vectorized: rows grouped by key (``argsort(kind="stable")``), a new session where the
+vectorized: rows grouped by key (a stable sort), a new session where the
 time since the key's previous row is ``>= gap``, a session closed at the first row whose
 watermark reaches its ``last + gap`` (``searchsorted``); no row of such a batch is late.
 Any other batch (rows out of order, the limits) runs the per-item machine on the rows'
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, column, scalar, span, windows_of
+from aioflow.ops.columnar import Rows, column, scalar, span, stable_order, windows_of
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.columnar_held import SessionRows
 from aioflow.ops.event_time_core import Late
@@ -91,7 +91,7 @@ class ColSessions(ColumnarBase):
     def fast(self, new: Rows, start: int, out: list[Any]) -> None:
         t, k, n, gap, d = new.cols["t"], new.cols["k"], len(new), self.gap, self.delay
         tab, ns = self.tab, len(self.tab["key"])
-        o = np.argsort(k, kind="stable")
+        o = stable_order(k)
         ks, ts = k[o], t[o]
         gfirst = np.ones(n, bool)
         gfirst[1:] = ks[1:] != ks[:-1]
@@ -209,13 +209,13 @@ class ColSessions(ColumnarBase):
         tab = self.tab
         sid = allr.cols["sid"]
         held = np.flatnonzero(sid >= 0)
-        by = held[np.argsort(sid[held], kind="stable")]
+        by = held[stable_order(sid[held])]
         cuts = np.searchsorted(sid[by], np.arange(len(tab["key"]) + 1))
         keys, starts = tab["key"].tolist(), tab["start"].tolist()
         lasts, firsts = tab["last"].tolist(), tab["first"].tolist()
         seqs = allr.seq
         live = np.flatnonzero(tab["alive"])
-        for j in live[np.argsort(tab["first"][live], kind="stable")].tolist():
+        for j in live[stable_order(tab["first"][live])].tolist():
             pos = by[cuts[j] : cuts[j + 1]]
             S = _Session(keys[j], starts[j], firsts[j], None)
             S.last, S.items, S.seqs = lasts[j], pos.tolist(), seqs[pos].tolist()

@@ -6,7 +6,7 @@ order the per-item machine would emit them, and the same rows late. ``sort_by(ma
 a row is late when its key is below the watermark before it (the running maximum of the
 keys before it minus ``max_delay``: ``np.maximum.accumulate``); the others join the held
 rows, and those at or below the watermark after the batch come out sorted by (key,
-arrival) (``np.argsort(kind="stable")``); a late row under ``on_late="emit"`` comes out at
+arrival) (a stable sort); a late row under ``on_late="emit"`` comes out at
 its place among them (after what the rows before it released). ``sort_by(buffer_size=n)``:
 the ``m`` rows a batch pushes out of the ``n`` held are the ``m`` smallest of held + batch
 whenever the ``j``-th smallest arrived by step ``j`` (checked); otherwise (rows more than
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, scalar, take
+from aioflow.ops.columnar import Rows, scalar, stable_order, take
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.event_time_core import Late
 from aioflow.ops.ordering_stream import Desc
@@ -78,7 +78,7 @@ class _Held(ColumnarBase):
         self.buf = Rows(cols={"k": buf.cols["k"][:0]})
 
     def order(self, k: np.ndarray) -> np.ndarray:
-        return np.argsort(k, kind="stable")
+        return stable_order(k)
 
 
 class ColTimeSort(_Held):
@@ -116,12 +116,12 @@ class ColTimeSort(_Held):
         keys = allr.cols["k"][cand]
         rel = keys <= wma[-1]
         go = cand[rel]
-        go = go[np.argsort(allr.cols["k"][go], kind="stable")]
+        go = go[stable_order(allr.cols["k"][go])]
         if self.on_late == "emit" and late.any():
             at = np.searchsorted(wma, allr.cols["k"][go], "left")
             at = np.maximum(at, np.where(go >= h, go - h, 0))
             lates = np.flatnonzero(late)
-            order = np.argsort(np.concatenate([at, lates]), kind="stable")
+            order = stable_order(np.concatenate([at, lates]))
             go = np.concatenate([go, h + lates])[order]
         self.emit(allr, go, out)
         self.gone.extend(allr.pieces(go[go < h], before=start))
@@ -145,8 +145,8 @@ class ColBufferSort(_Held):
 
     def order(self, k: np.ndarray) -> np.ndarray:
         if not self.reverse:
-            return np.argsort(k, kind="stable")
-        return len(k) - 1 - np.argsort(k[::-1], kind="stable")[::-1]
+            return stable_order(k)
+        return len(k) - 1 - stable_order(k[::-1])[::-1]
 
     def before(self, a: np.ndarray, w: Any) -> np.ndarray:
         """Keys that sort before ``w`` (late)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, column, scalar, span, windows_of
+from aioflow.ops.columnar import Rows, column, scalar, span, stable_order, windows_of
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.event_time_core import Late, TimeWindows
 
@@ -108,7 +108,7 @@ class ColWindows(ColumnarBase):
         rank[closed] = np.arange(len(closed))
         rr = rank[allr.cols["g"]]
         em = np.flatnonzero(rr >= 0)
-        em = em[np.argsort(rr[em], kind="stable")]
+        em = em[stable_order(rr[em])]
         if len(closed):
             rows = allr.gather(em)
             counts = np.bincount(rr[em], minlength=len(closed))
