@@ -62,6 +62,7 @@ def compact(request, monkeypatch):
 
         monkeypatch.setattr(ColSessions, "COMPACT", 0)
         monkeypatch.setattr(Rows, "SEGS", 1)
+        monkeypatch.setattr(SessionRows, "BLOCKS", 1)
         monkeypatch.setattr(SessionRows, "SLACK", 0)
 
 

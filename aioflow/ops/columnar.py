@@ -186,6 +186,31 @@ def slice_of(b: Any, a: int, z: int) -> Any:
     return b.slice(a, z - a)
 
 
+#: the names of the arrival columns a machine's held batches carry beside the stream's
+EXTRA = ("\x00aioflow.seq", "\x00aioflow.src", "\x00aioflow.idx")
+
+
+def with_arrival(b: Any, seq: np.ndarray, src: np.ndarray, idx: np.ndarray) -> Any:
+    """Batch ``b`` with its rows' arrival (int64 arrays) as three more columns (``EXTRA``),
+    so that one ``take`` moves them with the data (no copy here)."""
+    if isinstance(b, dict):
+        return {**b, EXTRA[0]: seq, EXTRA[1]: src, EXTRA[2]: idx}
+    import pyarrow as pa
+
+    cols = [*b.columns, indices(seq), indices(src), indices(idx)]
+    return pa.RecordBatch.from_arrays(cols, names=[*b.schema.names, *EXTRA])
+
+
+def split_arrival(b: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch of ``with_arrival`` back as the stream's batch and the three arrays."""
+    if isinstance(b, dict):
+        data = {k: v for k, v in b.items() if k not in EXTRA}
+        return data, b[EXTRA[0]], b[EXTRA[1]], b[EXTRA[2]]
+    n = b.num_columns - 3
+    data = b.select(list(range(n)))
+    return data, as_numpy(b.column(n)), as_numpy(b.column(n + 1)), as_numpy(b.column(n + 2))
+
+
 def concat(parts: Sequence[Any]) -> Any:
     """The rows of ``parts`` (batches of one kind and schema), one after the other."""
     if len(parts) == 1:

@@ -9,27 +9,28 @@ in Python. Adding a batch costs its rows; closing sessions costs their rows (one
 ``take`` per block they have rows in, then one to put them in session order) and a pass
 over the chunk table (a few entries per open session), never the rows held by the
 sessions still open. A block lives while a chunk of an
-open session refers to it; when the live blocks are more than ``Rows.SEGS`` and hold more
+open session refers to it; when the live blocks are more than ``BLOCKS`` and hold more
 than twice the rows held (plus ``SLACK``), the held rows are copied into one block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, slice_of, stable_order
+from aioflow.ops.columnar import Rows, slice_of, split_arrival, stable_order, with_arrival
 
 __all__ = ["SessionRows"]
 
 
 class _Block:
-    __slots__ = ("cols", "data", "held", "n", "off")
+    __slots__ = ("data", "held", "n", "off")
 
-    def __init__(self, data: Any, cols: dict[str, Any], off: int) -> None:
-        self.data, self.cols, self.off = data, cols, off
-        self.n = self.held = len(cols["seq"])
+    def __init__(self, data: Any, n: int, off: int) -> None:
+        self.data, self.off = data, off  # (data: with its rows' arrival, ``with_arrival``)
+        self.n = self.held = n
 
 
 _EMPTY = np.empty(0, np.int64)
@@ -41,14 +42,16 @@ def _ranges(a: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 
 class SessionRows:
-    """Held rows per session id (see the module doc); ``cols`` names the per-row arrays
-    kept beside the data (e.g. time and key). A chunk is a range of global row numbers
-    (each block has its own range of them)."""
+    """Held rows per session id (see the module doc). A chunk is a range of global row
+    numbers (each block has its own range of them). ``derive(batch)`` gives the per-row
+    arrays its owner keeps beside the data (e.g. time and key: ``cols``), for ``rows``."""
 
     SLACK = 4096
+    BLOCKS = 16  # live blocks before they are compacted (a take costs more with more)
 
-    def __init__(self, cols: tuple[str, ...]) -> None:
-        self.names = ("seq", "src", "idx", *cols)
+    def __init__(self, cols: tuple[str, ...], derive: Callable[[Any], dict[str, Any]]) -> None:
+        self.names = cols
+        self.derive = derive
         self.nsessions = 0
         self.csid = self.ca = self.cz = _EMPTY  # the chunks: session, rows [a, z)
         self.blocks: list[_Block] = []  # live, by offset
@@ -65,10 +68,9 @@ class SessionRows:
         """The rows of ``new`` at ``order`` (grouped by session: ``order[cuts[j]:cuts[j +
         1]]`` are session ``sids[j]``'s rows, in arrival order) appended to their sessions."""
         self._like(new)
-        cols = {"seq": new.seq[order], "src": new.src[order], "idx": new.idx[order]}
-        for c in self.names[3:]:
-            cols[c] = new.cols[c][order]
-        off = self._keep(_Block(new.gather(order), cols, self.next))
+        data = new.gather(order)
+        data = with_arrival(data, new.seq[order], new.src[order], new.idx[order])
+        off = self._keep(_Block(data, len(order), self.next))
         g = cuts + off
         self._chunks(np.asarray(sids, np.int64), g[:-1], g[1:])
 
@@ -81,7 +83,7 @@ class SessionRows:
     def _like(self, new: Rows) -> None:
         if self.empty is None and new.segs:
             self.empty = slice_of(new.segs[0], 0, 0)
-            self.dtypes = {c: new.cols[c].dtype for c in self.names[3:]}
+            self.dtypes = {c: new.cols[c].dtype for c in self.names}
 
     def _keep(self, blk: _Block) -> int:
         if blk.n:
@@ -91,72 +93,63 @@ class SessionRows:
             self.next += blk.n
         return blk.off
 
-    def rows(self, sids: Any, drop: bool = False) -> tuple[Rows, np.ndarray]:
+    def rows(self, sids: Any, drop: bool = False, derive: bool = True) -> tuple[Rows, np.ndarray]:
         """The rows of sessions ``sids`` (distinct; in that order, each in arrival order) as
-        one ``Rows`` (column ``sid`` too) and each session's count; ``drop``: they go, and
-        only their data and arrival (``seq``, ``src``, ``idx``) are gathered."""
+        one ``Rows`` (column ``sid`` too) and each session's count: one ``take`` over the
+        blocks, their arrival with them; ``drop``: they go (and ``derive`` is not asked)."""
         sids = np.asarray(sids, np.int64)
         rank = np.full(self.nsessions, -1, np.int64)
         rank[sids] = np.arange(len(sids))
         of = rank[self.csid]
         sel = np.flatnonzero(of >= 0)
-        names = self.names[:3] if drop else self.names
-        r = Rows({c: np.empty(0, self.dtypes.get(c)) for c in names[3:]})
+        derive = derive and not drop
+        names = self.names if derive else ()
+        r = Rows({c: np.empty(0, self.dtypes.get(c)) for c in names})
         r.segs = [] if self.empty is None else [self.empty]
         if not len(sel):
             r.cols["sid"] = _EMPTY
             return r, np.zeros(len(sids), np.int64)
         sel = sel[stable_order(of[sel])]  # (by session, each in arrival order: by a)
-        a, z = self.ca[sel], self.cz[sel]
-        cnt = z - a
+        a = self.ca[sel]
+        cnt = self.cz[sel] - a
         counts = np.bincount(of[sel], weights=cnt, minlength=len(sids)).astype(np.int64)
-        g = _ranges(a, cnt)
         blocks = self.blocks
-        boff = np.asarray([b.off for b in blocks], np.int64)
-        bi = np.searchsorted(boff, g, "right") - 1
-        local = g - boff[bi]
-        order = stable_order(bi)
-        cuts = np.searchsorted(bi[order], np.arange(len(blocks) + 1)).tolist()
-        got: dict[str, np.ndarray] = {}
-        for c in names:
-            v = np.empty(len(g), blocks[0].cols[c].dtype)
-            for j, b in enumerate(blocks):
-                if cuts[j + 1] > cuts[j]:
-                    at = order[cuts[j] : cuts[j + 1]]
-                    v[at] = b.cols[c][local[at]]
-            got[c] = v
-        r.segs, r.part, r.pidx = [b.data for b in blocks], bi, local
-        data = r.gather(np.arange(len(g)))
-        r.segs, r.part, r.pidx = [data], np.zeros(len(g), np.int64), np.arange(len(g))
-        r.seq, r.src, r.idx = got.pop("seq"), got.pop("src"), got.pop("idx")
-        r.cols.update(got)
+        boff = np.fromiter((b.off for b in blocks), np.int64, len(blocks))
+        cb = np.searchsorted(boff, a, "right") - 1  # each chunk's block
+        n = int(cnt.sum())
+        src = Rows()
+        src.segs, src.part = [b.data for b in blocks], np.repeat(cb, cnt)
+        src.pidx = _ranges(a - boff[cb], cnt)
+        data, r.seq, r.src, r.idx = split_arrival(src.gather(np.arange(n)))
+        r.segs, r.part, r.pidx = [data], np.zeros(n, np.int64), np.arange(n)
+        if derive:
+            r.cols.update(self.derive(data))
         r.cols["sid"] = np.repeat(sids, counts)
         if drop:
             keep = np.ones(len(self.csid), bool)
             keep[sel] = False
             self.csid, self.ca, self.cz = self.csid[keep], self.ca[keep], self.cz[keep]
-            self.nheld -= len(g)
-            gone = np.bincount(bi, minlength=len(self.blocks))
+            self.nheld -= n
+            gone = np.bincount(cb, weights=cnt, minlength=len(blocks)).astype(np.int64)
             live = []
-            for b, k in zip(self.blocks, gone.tolist(), strict=True):
+            for b, k in zip(blocks, gone.tolist(), strict=True):
                 b.held -= k
                 if b.held:
                     live.append(b)
                 else:
                     self.nblock -= b.n
             self.blocks = live
-            if len(live) > Rows.SEGS and self.nblock > 2 * self.nheld + self.SLACK:
+            if len(live) > self.BLOCKS and self.nblock > 2 * self.nheld + self.SLACK:
                 self.compact()
         return r, counts
 
     def compact(self) -> None:
         """All held rows into one block (the sessions' chunks point into it)."""
         live = np.unique(self.csid)
-        r, counts = self.rows(live)
+        r, counts = self.rows(live, derive=False)
         self.blocks, self.nheld, self.nblock = [], 0, 0
-        cols = {"seq": r.seq, "src": r.src, "idx": r.idx}
-        cols.update({c: r.cols[c] for c in self.names[3:]})
-        off = self._keep(_Block(r.segs[0], cols, self.next))
+        data = with_arrival(r.segs[0], r.seq, r.src, r.idx)
+        off = self._keep(_Block(data, len(r), self.next))
         ends = np.cumsum(counts) + off
         self.csid, self.ca, self.cz = live, ends - counts, ends
 

@@ -59,7 +59,7 @@ class ColSessions(ColumnarBase):
         self.time, self.by, self.gap0 = time, by, gap
         self.max_duration0, self.max_items, self.max_keys = max_duration, max_items, max_keys
         self.simple = max_duration is None and max_items is None and max_keys is None
-        self.hr = SessionRows(("t", "k"))  # the open sessions' rows
+        self.hr = SessionRows(("t", "k"), self.derive)  # the open sessions' rows
         self.tab = _empty()
         self.dead = 0  # closed sessions still in tab (not alive), dropped in bulk
 
@@ -87,6 +87,10 @@ class ColSessions(ColumnarBase):
 
     def key_col(self, b: Any) -> np.ndarray:
         return column(b, self.by)
+
+    def derive(self, b: Any) -> dict[str, np.ndarray]:
+        """The times and keys of batch ``b``'s rows (as ``add`` takes them)."""
+        return {"t": self.times(b, self.time), "k": np.asarray(self.key_col(b))}
 
     def fast(self, new: Rows, start: int, out: list[Any]) -> None:
         t, k, n, gap, d = new.cols["t"], new.cols["k"], len(new), self.gap, self.delay
