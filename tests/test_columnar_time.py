@@ -52,10 +52,15 @@ def test_columnar_sort_by_equals_the_per_item_sort(compact, data, mode, a):
     assert all(not isinstance(b, list) for b in got)
 
 
-@pytest.fixture(params=["as shipped", "compacting at every batch"])
+@pytest.fixture(params=["as shipped", "compacting at every batch", "every batch in a thread"])
 def compact(request, monkeypatch):
-    """The columnar buffers as shipped, or dropping dead rows and merging segments always."""
-    if request.param != "as shipped":
+    """The columnar buffers as shipped, or dropping dead rows and merging segments always,
+    or every batch taken in a thread of the run (as large ones are), read ahead."""
+    if request.param == "every batch in a thread":
+        from aioflow.ops import event_time
+
+        monkeypatch.setattr(event_time, "THREAD_ROWS", 0)
+    elif request.param != "as shipped":
         from aioflow.ops.columnar import Rows
         from aioflow.ops.columnar_held import SessionRows
         from aioflow.ops.columnar_sessions import ColSessions
@@ -325,3 +330,79 @@ def test_stable_order_is_a_stable_argsort(values, dtype):
     a = np.asarray(values, dtype=dtype) if values else np.empty(0, dtype)
     assert stable_order(a).tolist() == np.argsort(a, kind="stable").tolist()
     assert stable_order(a[::2]).tolist() == np.argsort(a[::2], kind="stable").tolist()
+
+
+def _threaded(monkeypatch):
+    from aioflow.ops import event_time
+
+    monkeypatch.setattr(event_time, "THREAD_ROWS", 0)
+
+
+@pytest.mark.parametrize("how", ["break", "error", "raise late"])
+def test_a_columnar_stage_in_a_thread_ends_cleanly(no_leaks, monkeypatch, how):
+    """Batches taken in the run's threads, the next read ahead: an early break, an error
+    upstream and a late row under on_late="raise" each end the run with no thread, task
+    or file of it left, and the error is the stage's, after what came before it."""
+    _threaded(monkeypatch)
+
+    def batches():
+        for i, b in enumerate(_clicks(40, rows=500)):
+            if how == "error" and i == 20:
+                raise ValueError("bad shard")
+            if how == "raise late" and i == 20:
+                b["t"] = b["t"] - 10**6
+            yield b
+
+    p = af.from_iterable(batches).sort_by("t", max_delay=0, on_late="raise")
+    p = p.sessions("t", 1_000, by="k")
+    got = []
+    if how == "break":
+        with p.iter() as it:
+            for w in it:
+                got.append(w)
+                if len(got) == 50:
+                    break
+        assert len(got) == 50
+        return
+    want = af.LateItem if how == "raise late" else ValueError
+    with pytest.raises(want):
+        for w in p:
+            got.append(w)
+    assert got  # the sessions closed before the failure came first
+
+
+async def test_a_columnar_stage_in_a_thread_is_cancelled_cleanly(no_leaks, monkeypatch):
+    """The consumer's task cancelled while a batch is taken in a thread: the run waits
+    for that batch, then ends; nothing of it is left."""
+    import asyncio
+
+    _threaded(monkeypatch)
+    p = af.from_iterable(lambda: _clicks(400, rows=500)).sessions("t", 1_000, by="k")
+    started = asyncio.Event()
+
+    async def consume():
+        async for _ in p:
+            started.set()
+
+    task = asyncio.ensure_future(consume())
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_a_columnar_stage_in_a_thread_keeps_states_exact(monkeypatch):
+    """States taken while batches are processed in a thread and read ahead resume to the
+    same windows."""
+    _threaded(monkeypatch)
+
+    def make():
+        return af.from_iterable(lambda: _clicks(30, rows=300)).sessions("t", 1_000, by="k")
+
+    whole = [w.items["i"].tolist() for w in make()]
+    for k in (1, len(whole) // 3, len(whole) - 1):
+        with make().iter() as it:
+            head = [next(it).items["i"].tolist() for _ in range(k)]
+            state = pickle.loads(pickle.dumps(it.state_dict()))
+        with make().iter(state=state) as it:
+            assert head + [w.items["i"].tolist() for w in it] == whole

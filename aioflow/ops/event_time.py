@@ -10,6 +10,8 @@ yields what they released; the stage's meter shows its watermark and late items.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import numbers
 import operator
 from collections.abc import Callable, Sequence
@@ -146,6 +148,54 @@ def _meter(ctx: Ctx, m: Any, late: int, evicted: int) -> None:
     meter.event_time = m.event_time
 
 
+#: a columnar chunk of at least this many rows is taken in a thread of the run (numpy's
+#: and Arrow's kernels let the GIL go: the stages before it, which make the next chunk
+#: meanwhile, and the consumer run beside it); a smaller one on the loop
+THREAD_ROWS = 1 << 14
+
+
+def _rows_of(chunk: list[Any]) -> int:
+    """The rows of a chunk of batches (what is not a batch counts none: refused later)."""
+    n = 0
+    for b in chunk:
+        if isinstance(b, dict):
+            b = next(iter(b.values()), ())
+        r = getattr(b, "num_rows", None)
+        n += r if isinstance(r, int) else len(b) if hasattr(b, "__len__") else 0
+    return n
+
+
+async def _in_thread(ctx: Ctx, fn: Callable[[], Any]) -> Any:
+    """``fn()`` in the run's thread pool; cancelled, it waits for ``fn`` to end (the
+    machine is never left changing after its stage ended)."""
+    fut = asyncio.get_running_loop().run_in_executor(ctx.run.thread_pool(), fn)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait([fut])
+        raise
+
+
+async def _ahead(src: ChunkIter) -> ChunkIter:
+    """``src``'s chunks, the next one asked for as soon as one is handed out (in a task:
+    it is made while the reader works on this one)."""
+    nxt: asyncio.Future[Any] = asyncio.ensure_future(src.__anext__())
+    try:
+        while True:
+            try:
+                chunk = await nxt
+            except StopAsyncIteration:
+                return
+            nxt = asyncio.ensure_future(src.__anext__())
+            yield chunk
+    finally:
+        if not nxt.done():
+            nxt.cancel()
+        await asyncio.wait([nxt])
+        if not nxt.cancelled():
+            nxt.exception()  # (retrieved: an error after the reader stopped is not news)
+
+
 async def drive(
     src: ChunkIter,
     ctx: Ctx,
@@ -159,28 +209,41 @@ async def drive(
 
     An error (upstream, in the access function, a late item under ``on_late="raise"``)
     comes after what the items before it released (and, ``flush_on_error``, after all
-    the machine holds, in order, unless it is a late item: ``sort_by``).
+    the machine holds, in order, unless it is a late item: ``sort_by``). A columnar
+    machine (``Auto``) takes a chunk of ``THREAD_ROWS`` rows or more in a thread of the
+    run, the next chunk read ahead meanwhile.
     """
     pos = out_n = 0
     failure: BaseException | None = None
     with log.lock:
         log.mark(0, (0,), m.state(), m.watermark)
-    async with aclosing(src):
+    columnar = isinstance(m, Auto) and m.make is not None
+
+    def take(cols: Any, items: Any, out: list[Any]) -> BaseException | None:
+        with log.lock:
+            if pos:
+                log.mark(out_n, (pos,), m.state(), m.watermark)
+            try:
+                m.add(cols, items, pos, out)
+            except Late as e:
+                return late(ctx, e, e.seq)
+            except Exception as e:  # times that do not compare or subtract
+                return annotate(e, ctx.name, pos)
+        return None
+
+    async with aclosing(src), aclosing(_ahead(src) if columnar else src) as chunks:
         try:
-            async for chunk in src:
+            async for chunk in chunks:
                 cols, failure = access(chunk, ctx.name, pos)
                 n = len(cols[0])
                 out: list[Any] = []
                 late0, evicted0 = m.late, m.evicted
-                with log.lock:
-                    if pos:
-                        log.mark(out_n, (pos,), m.state(), m.watermark)
-                    try:
-                        m.add(cols, chunk if n == len(chunk) else chunk[:n], pos, out)
-                    except Late as e:
-                        failure = late(ctx, e, e.seq)
-                    except Exception as e:  # times that do not compare or subtract
-                        failure = annotate(e, ctx.name, pos)
+                items = chunk if n == len(chunk) else chunk[:n]
+                if columnar and m.col and _rows_of(items) >= THREAD_ROWS:
+                    err = await _in_thread(ctx, functools.partial(take, cols, items, out))
+                else:
+                    err = take(cols, items, out)
+                failure = err or failure
                 pos += n
                 _meter(ctx, m, late0, evicted0)
                 if out:
