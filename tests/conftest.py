@@ -121,6 +121,22 @@ def no_leaks() -> Iterator[None]:
     wait_no_leaks(before)
 
 
+@pytest.fixture
+def held_logs(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The ``HeldLog``s (the logs of the stages that hold items) made during the test."""
+    from aioflow._state.held import HeldLog
+
+    logs: list[object] = []
+    init = HeldLog.__init__
+
+    def record(self: HeldLog, *a: object, **k: object) -> None:
+        init(self, *a, **k)  # type: ignore[arg-type]
+        logs.append(self)
+
+    monkeypatch.setattr(HeldLog, "__init__", record)
+    return logs
+
+
 async def assert_no_pending_tasks(deadline: float = 2.0) -> None:
     """In an async test: every task but the test's own is done within ``deadline`` s."""
     me = asyncio.current_task()

@@ -275,7 +275,7 @@ def test_a_join_of_a_pipeline_with_itself_resumes_exactly_by_replaying():
             assert head + list(it) == whole
 
 
-def test_what_a_join_holds_over_a_long_stream_does_not_grow_with_it(monkeypatch):
+def test_what_a_join_holds_over_a_long_stream_does_not_grow_with_it(monkeypatch, held_logs):
     # both streams in step: nearly every item leaves the join a chunk after it came, so
     # each lands in the log of gone items; the log may keep only what its KEEP marks can
     # still ask for, however long the stream (count objects: pending, right, gone, marks)
@@ -283,14 +283,7 @@ def test_what_a_join_holds_over_a_long_stream_does_not_grow_with_it(monkeypatch)
     from aioflow._state.held import HeldLog
 
     monkeypatch.setattr(HeldLog, "KEEP", 16)
-    logs = []
-    init = HeldLog.__init__
-
-    def record(self, *a, **k):
-        init(self, *a, **k)
-        logs.append(self)
-
-    monkeypatch.setattr(HeldLog, "__init__", record)
+    logs = held_logs
     n = 100_000
     left = af.range(n).map(lambda t: {"t": t, "k": t % 50})
     right = af.range(n).map(lambda t: {"t": t, "k": t % 50})

@@ -264,21 +264,14 @@ def _log_rows(log):
     return sum(len(e[-1][2]) if is_piece(e[-1]) else 1 for g in log.gone for e in g)
 
 
-def test_what_columnar_sessions_log_does_not_grow_with_the_stream(monkeypatch):
+def test_what_columnar_sessions_log_does_not_grow_with_the_stream(monkeypatch, held_logs):
     """The log of rows gone from a columnar stage (for states) was capped in entries, a
     piece of a batch's rows counting one: over a long stream it kept every row (RSS grew
     with N). It is capped in rows: here 2,000, whatever the stream's length."""
     from aioflow._state.held import HeldLog
 
     monkeypatch.setattr(HeldLog, "ROWS", 2_000, raising=False)
-    logs = []
-    init = HeldLog.__init__
-
-    def record(self, *a, **k):
-        init(self, *a, **k)
-        logs.append(self)
-
-    monkeypatch.setattr(HeldLog, "__init__", record)
+    logs = held_logs
     sizes, n = [], 0
     p = af.from_iterable(lambda: _clicks(300)).sessions("t", 1_000, by="k")
     with p.iter() as it:
