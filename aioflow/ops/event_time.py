@@ -176,24 +176,25 @@ async def _in_thread(ctx: Ctx, fn: Callable[[], Any]) -> Any:
         raise
 
 
-async def _ahead(src: ChunkIter) -> ChunkIter:
-    """``src``'s chunks, the next one asked for as soon as one is handed out (in a task:
-    it is made while the reader works on this one)."""
-    nxt: asyncio.Future[Any] = asyncio.ensure_future(src.__anext__())
+async def _ahead(src: ChunkIter, on: Callable[[], bool]) -> ChunkIter:
+    """``src``'s chunks; while ``on()``, the next one is asked for as soon as one is handed
+    out (in a task: it is made while the reader works on this one)."""
+    nxt: asyncio.Future[Any] | None = None
     try:
         while True:
             try:
-                chunk = await nxt
+                chunk = await (src.__anext__() if nxt is None else nxt)
             except StopAsyncIteration:
                 return
-            nxt = asyncio.ensure_future(src.__anext__())
+            nxt = asyncio.ensure_future(src.__anext__()) if on() else None
             yield chunk
     finally:
-        if not nxt.done():
-            nxt.cancel()
-        await asyncio.wait([nxt])
-        if not nxt.cancelled():
-            nxt.exception()  # (retrieved: an error after the reader stopped is not news)
+        if nxt is not None:
+            if not nxt.done():
+                nxt.cancel()
+            await asyncio.wait([nxt])
+            if not nxt.cancelled():
+                nxt.exception()  # (retrieved: an error after the reader stopped is not news)
 
 
 async def drive(
@@ -231,7 +232,8 @@ async def drive(
                 return annotate(e, ctx.name, pos)
         return None
 
-    async with aclosing(src), aclosing(_ahead(src) if columnar else src) as chunks:
+    ahead = _ahead(src, lambda: bool(m.col)) if columnar else src  # (batches: read ahead)
+    async with aclosing(src), aclosing(ahead) as chunks:
         try:
             async for chunk in chunks:
                 cols, failure = access(chunk, ctx.name, pos)
