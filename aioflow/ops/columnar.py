@@ -113,13 +113,19 @@ def as_numpy(col: Any) -> np.ndarray:
     return np.frombuffer(buf, dt, len(col), col.offset * dt.itemsize)
 
 
-def indices(idx: np.ndarray) -> Any:
-    """Row numbers as a pyarrow int64 array sharing their memory (not ``pa.array``:
-    that looks for pandas first)."""
+def _arrow_view(a: np.ndarray, typ: Any) -> Any:
+    """A contiguous numpy array as a pyarrow array of type ``typ`` sharing its memory
+    (not ``pa.array``: that looks for pandas first)."""
     import pyarrow as pa
 
-    idx = np.ascontiguousarray(idx, np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
+    return pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
+
+
+def indices(idx: np.ndarray) -> Any:
+    """Row numbers as a pyarrow int64 array sharing their memory."""
+    import pyarrow as pa
+
+    return _arrow_view(np.ascontiguousarray(idx, np.int64), pa.int64())
 
 
 def stable_order(a: np.ndarray) -> np.ndarray:
@@ -176,7 +182,6 @@ def scalar(v: Any, unit: np.dtype[Any] | None) -> Any:
 def take(b: Any, idx: np.ndarray) -> Any:
     if isinstance(b, dict):
         return {k: v[idx] for k, v in b.items()}
-
     return b.take(indices(idx))
 
 
@@ -288,8 +293,7 @@ def pylist(a: np.ndarray, arrow: bool) -> list[Any]:
             if unit not in ("s", "ms", "us", "ns"):
                 return list(pa.array(a).to_pylist())
             typ = (pa.timestamp if a.dtype.kind == "M" else pa.duration)(unit)
-            buf = pa.py_buffer(np.ascontiguousarray(a))
-            return list(pa.Array.from_buffers(typ, len(a), [None, buf]).to_pylist())
+            return list(_arrow_view(np.ascontiguousarray(a), typ).to_pylist())
         return list(a)
     return list(a.tolist())
 

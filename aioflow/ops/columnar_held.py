@@ -117,13 +117,13 @@ class SessionRows:
         boff = np.fromiter((b.off for b in blocks), np.int64, len(blocks))
         cb = np.searchsorted(boff, a, "right") - 1  # each chunk's block
         n = int(cnt.sum())
-        src = Rows()
         used = np.flatnonzero(np.bincount(cb, minlength=len(blocks)))  # (a take over
         remap = np.empty(len(blocks), np.int64)  # fewer blocks costs less: only theirs)
         remap[used] = np.arange(len(used))
-        src.segs, src.part = [blocks[j].data for j in used.tolist()], np.repeat(remap[cb], cnt)
-        src.pidx = _ranges(a - boff[cb], cnt)
-        data, r.seq, r.src, r.idx = split_arrival(src.gather(np.arange(n)))
+        inblocks = Rows()
+        inblocks.segs = [blocks[j].data for j in used.tolist()]
+        inblocks.part, inblocks.pidx = np.repeat(remap[cb], cnt), _ranges(a - boff[cb], cnt)
+        data, r.seq, r.src, r.idx = split_arrival(inblocks.gather(np.arange(n)))
         r.segs, r.part, r.pidx = [data], np.zeros(n, np.int64), np.arange(n)
         if derive:
             r.cols.update(self.derive(data))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aioflow._core.chunks import skip_chunks
 from aioflow._state.held import HeldLog
 from aioflow.errors import LateItem, PipelineError, annotate
+from aioflow.ops.columnar import kind_of, nrows
 from aioflow.ops.columnar_base import Auto
 from aioflow.ops.columnar_sessions import ColSessions
 from aioflow.ops.columnar_sort import ColTimeSort
@@ -156,13 +157,7 @@ THREAD_ROWS = 1 << 14
 
 def _rows_of(chunk: list[Any]) -> int:
     """The rows of a chunk of batches (what is not a batch counts none: refused later)."""
-    n = 0
-    for b in chunk:
-        if isinstance(b, dict):
-            b = next(iter(b.values()), ())
-        r = getattr(b, "num_rows", None)
-        n += r if isinstance(r, int) else len(b) if hasattr(b, "__len__") else 0
-    return n
+    return sum(nrows(b) for b in chunk if kind_of(b) is not None)
 
 
 async def _in_thread(ctx: Ctx, fn: Callable[[], Any]) -> Any:
