@@ -6,8 +6,9 @@ The job: click events ``{"t", "user"}`` each up to ``PLACES`` places out of orde
 more than ``PLACES`` places late in it either), so its sessions are exact. Under
 ``distribute`` on a 2-worker Dask cluster the events are written as Parquet files
 partitioned by user (each file's rows in arrival order), and each file's job runs where
-its split lands (``flat_map`` of the job over the files, before ``distribute``). Per-item
-path here; a columnar variant can follow once the operators take record batches.
+its split lands (``flat_map`` of the job over the files, before ``distribute``). Each on
+the per-item path and on record batches (``col_job``: the columnar twins, a column-name
+key), which must give the plain run's sessions too (issue 25).
 """
 
 from __future__ import annotations
@@ -112,4 +113,46 @@ def test_sessions_under_distribute_on_two_workers_are_the_plain_run_s(plain, cli
         got = list(it)
         workers = {s.name for s in it.stats() if s.name.startswith("distribute > worker")}
     assert sessions(got) == want
+    assert workers  # it ran on the cluster
+
+
+def col_job(p: af.Pipeline[Any]) -> af.Pipeline[Any]:
+    """``job`` on record batches: the columnar ``sort_by`` and ``sessions``."""
+    return p.sort_by("t", buffer_size=PLACES).sessions("t", GAP, by="user")
+
+
+def col_sessions(windows: list[Any]) -> list[tuple[Any, ...]]:
+    """``sessions`` of windows whose items are record batches."""
+    out = []
+    for w in windows:
+        assert not isinstance(w.items, list)  # the columnar path ran: a batch per session
+        times = w.items.column("t").to_pylist()
+        out.append((w.key, w.start, w.end, len(times), tuple(sorted(times))))
+    return sorted(out)
+
+
+def test_columnar_sessions_under_partition_by_user_are_the_plain_run_s(plain, no_leaks):
+    pa = pytest.importorskip("pyarrow")
+    rows, want = plain
+    batches = [pa.RecordBatch.from_pylist(rows[i : i + 500]) for i in range(0, len(rows), 500)]
+    p = af.from_iterable(batches).partition_by("user", 2, col_job)
+    assert col_sessions(p.to_list()) == want
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::ResourceWarning")
+def test_columnar_sessions_under_distribute_on_two_workers_are_the_plain_run_s(
+    plain, client, tmp_path
+):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows, want = plain
+    for part in range(4):  # by user, each file in arrival order, as above
+        mine = [r for r in rows if r["user"] % 4 == part]
+        pq.write_table(pa.Table.from_pylist(mine), tmp_path / f"part-{part}.parquet")
+    files = af.list_files(str(tmp_path / "part-*.parquet"))
+    p = files.flat_map(lambda f: col_job(af.read_parquet(f, batches=300)))
+    with p.distribute(client, max_outstanding=4).iter() as it:
+        got = list(it)
+        workers = {s.name for s in it.stats() if s.name.startswith("distribute > worker")}
+    assert col_sessions(got) == want
     assert workers  # it ran on the cluster
