@@ -42,8 +42,14 @@ def events(n: int = 12_000, seed: int = 5) -> list[dict[str, int]]:
     return [{"t": int(t[i]), "user": int(user[i])} for i in order]
 
 
-def job(p: af.Pipeline[Any]) -> af.Pipeline[Any]:
-    return p.sort_by(itemgetter("t"), buffer_size=PLACES).sessions("t", GAP, by="user")
+def job(p: af.Pipeline[Any], t: Any = itemgetter("t")) -> af.Pipeline[Any]:
+    """The session job; ``t="t"`` (a column name) runs it on record batches, columnar."""
+    return p.sort_by(t, buffer_size=PLACES).sessions("t", GAP, by="user")
+
+
+def col_job(p: af.Pipeline[Any]) -> af.Pipeline[Any]:
+    """``job`` on record batches: the columnar ``sort_by`` and ``sessions``."""
+    return job(p, "t")
 
 
 def sessions(windows: list[Any]) -> list[tuple[Any, ...]]:
@@ -101,24 +107,30 @@ def client() -> Iterator[Any]:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::ResourceWarning")
 def test_sessions_under_distribute_on_two_workers_are_the_plain_run_s(plain, client, tmp_path):
+    rows, want = plain
+    files = user_files(rows, tmp_path)
+    got = on_cluster(files.flat_map(lambda f: job(af.read_parquet(f))), client)
+    assert sessions(got) == want
+
+
+def user_files(rows: list[dict[str, int]], where: Any) -> af.Pipeline[str]:
+    """``rows`` written as 4 Parquet files by user (a user's events all in one file, in
+    arrival order), listed."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    rows, want = plain
-    for part in range(4):  # by user: a user's events all in one file, in arrival order
+    for part in range(4):
         mine = [r for r in rows if r["user"] % 4 == part]
-        pq.write_table(pa.Table.from_pylist(mine), tmp_path / f"part-{part}.parquet")
-    files = af.list_files(str(tmp_path / "part-*.parquet"))
-    p = files.flat_map(lambda f: job(af.read_parquet(f))).distribute(client, max_outstanding=4)
-    with p.iter() as it:
+        pq.write_table(pa.Table.from_pylist(mine), where / f"part-{part}.parquet")
+    return af.list_files(str(where / "part-*.parquet"))
+
+
+def on_cluster(p: af.Pipeline[Any], client: Any) -> list[Any]:
+    """The items of ``p.distribute(client)``, checking that it ran on the cluster's workers."""
+    with p.distribute(client, max_outstanding=4).iter() as it:
         got = list(it)
         workers = {s.name for s in it.stats() if s.name.startswith("distribute > worker")}
-    assert sessions(got) == want
     assert workers  # it ran on the cluster
-
-
-def col_job(p: af.Pipeline[Any]) -> af.Pipeline[Any]:
-    """``job`` on record batches: the columnar ``sort_by`` and ``sessions``."""
-    return p.sort_by("t", buffer_size=PLACES).sessions("t", GAP, by="user")
+    return got
 
 
 def col_sessions(windows: list[Any]) -> list[tuple[Any, ...]]:
@@ -143,16 +155,7 @@ def test_columnar_sessions_under_partition_by_user_are_the_plain_run_s(plain, no
 def test_columnar_sessions_under_distribute_on_two_workers_are_the_plain_run_s(
     plain, client, tmp_path
 ):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
     rows, want = plain
-    for part in range(4):  # by user, each file in arrival order, as above
-        mine = [r for r in rows if r["user"] % 4 == part]
-        pq.write_table(pa.Table.from_pylist(mine), tmp_path / f"part-{part}.parquet")
-    files = af.list_files(str(tmp_path / "part-*.parquet"))
-    p = files.flat_map(lambda f: col_job(af.read_parquet(f, batches=300)))
-    with p.distribute(client, max_outstanding=4).iter() as it:
-        got = list(it)
-        workers = {s.name for s in it.stats() if s.name.startswith("distribute > worker")}
+    files = user_files(rows, tmp_path)
+    got = on_cluster(files.flat_map(lambda f: col_job(af.read_parquet(f, batches=300))), client)
     assert col_sessions(got) == want
-    assert workers  # it ran on the cluster
