@@ -144,6 +144,20 @@ def test_late_rows_are_counted_and_raise_as_for_items():
         source(b).sessions("t", 1, by="k", on_late="raise").to_list()
 
 
+@pytest.mark.parametrize("kind", ["arrow", "dict"])
+def test_sessions_merged_by_a_row_keep_their_rows_in_arrival_order(kind):
+    # t=0 and t=3 open two sessions (gap 3), the second t=0 joins the first; t=1 in the
+    # next batch bridges them: the merged session's items are in arrival order, 0 1 2 3
+    # (hypothesis found the columnar one gave 0 2 1 3: the held rows session after session)
+    rows = [{"t": t, "k": 0, "i": i, "v": 0.0} for i, t in enumerate([0, 3, 0, 1])]
+    b = [batch_of(rows[:3], kind), batch_of(rows[3:], kind)]
+    make = lambda p: p.sessions("t", 3, by="k", max_delay=2, on_late="emit")  # noqa: E731
+    want, _ = run(make(af.from_iterable(rows)))
+    got, _ = run(make(source(b)))
+    assert [r["i"] for r in flat(got)[0]["items"]] == [0, 1, 2, 3]
+    assert flat(got) == window_rows(want)
+
+
 def test_sessions_of_batches_are_windows_of_batches_and_keep_types():
     ts = np.array(
         ["2024-01-01T00:00:00", "2024-01-01T00:00:10", "2024-01-01T00:02:00"], "datetime64[ms]"

@@ -245,8 +245,10 @@ class ColSessions(ColumnarBase):
             self.tab = _empty()
             self.tab["key"] = allr.cols["k"][:0]
             self.tab["start"] = self.tab["last"] = allr.cols["t"][:0]
-        rows = allr.take(np.flatnonzero(sid >= 0))
-        rows.cols["sid"] = sid[sid >= 0]
+        held = np.flatnonzero(sid >= 0)
+        held = held[stable_order(allr.seq[held])]  # (a merged session's rows by arrival)
+        rows = allr.take(held)
+        rows.cols["sid"] = sid[held]
         self.hr.load(rows, len(ss))
         self.dead = 0
 
