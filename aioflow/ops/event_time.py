@@ -299,7 +299,8 @@ def window_by_time_node(
     allowed_lateness: Any,
     on_late: str,
 ) -> Node:
-    """``window_by_time``: tumbling or sliding windows of event time (``TimeWindows``)."""
+    """``window_by_time``: tumbling or sliding windows of event time (``TimeWindows``; on
+    batches ``ColWindows``, tumbling or ``slide == size``, else ``ColSliding``)."""
     fns = [accessor("window_by_time time", time)]
     if by is not None:
         fns.append(accessor("window_by_time by", by))
