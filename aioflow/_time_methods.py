@@ -56,8 +56,12 @@ class TimeMethods(PipelineBase, Generic[T]):
         the items within ``size + max_delay + allowed_lateness`` of the latest time, per key
         (times ``size / slide``: an item is held once, listed in each of its windows).
 
-        On record batches with column names for ``time`` and ``by`` (tumbling windows)
-        each window's ``items`` is a batch of its rows (``docs/columnar_operators.md``).
+        With ``slide > size`` the windows leave gaps: an item in none is not late and
+        does not move the watermark.
+
+        On record batches with column names for ``time`` and ``by`` (tumbling or sliding
+        windows) each window's ``items`` is a batch of its rows, the same windows in the
+        same order as per item (``docs/columnar_operators.md``).
 
         Example:
             >>> import aioflow as af
@@ -66,6 +70,11 @@ class TimeMethods(PipelineBase, Generic[T]):
             >>> [(w.key, w.start, w.end, len(w.items))
             ...  for w in clicks.window_by_time("t", 10, by="u", max_delay=10)]
             [('a', 0, 10, 2), ('b', 0, 10, 1), ('a', 10, 20, 1)]
+            >>> import numpy as np
+            >>> rows = {"t": np.array([1, 2, 5]), "x": np.array([10, 20, 50])}
+            >>> [(w.start, w.end, w.items["x"].tolist())
+            ...  for w in af.from_iterable([rows]).window_by_time("t", 4, slide=2)]
+            [(-2, 2, [10]), (0, 4, [10, 20]), (2, 6, [20, 50]), (4, 8, [50])]
         """
         return self._add(
             _e.window_by_time_node, time, size, slide, by, max_delay, allowed_lateness, on_late

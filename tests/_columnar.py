@@ -41,6 +41,16 @@ def batch_of(rows, kind):
     return {c: np.array([r[c] for r in rows], dt[c]) for c in cols}
 
 
+def recut(rows, batches, kind):
+    """``rows`` cut into batches of the sizes of ``batches``."""
+    out, i = [], 0
+    for b in batches:
+        n = b.num_rows if kind == "arrow" else len(b["t"])
+        out.append(batch_of(rows[i : i + n], kind))
+        i += n
+    return out
+
+
 def rows_of(b):
     """The rows of an output batch (a sessions batch: its sessions as dicts)."""
     if isinstance(b, dict):

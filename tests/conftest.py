@@ -1,4 +1,5 @@
-"""Shared fixtures: the event-loop matrix and the leak checks every fault test relies on."""
+"""Shared fixtures: the event-loop matrix, the leak checks every fault test relies on, and
+the columnar tests' `compact` matrix (the buffers as shipped, compacting, in a thread)."""
 
 from __future__ import annotations
 
@@ -215,3 +216,22 @@ def own_s3(monkeypatch):
         server.stop()
         # moto's state is the process's, shared by every server: forget what this one made
         server.reset_state()
+
+
+@pytest.fixture(params=["as shipped", "compacting at every batch", "every batch in a thread"])
+def compact(request, monkeypatch):
+    """The columnar buffers as shipped, or dropping dead rows and merging segments always,
+    or every batch taken in a thread of the run (as large ones are), read ahead."""
+    if request.param == "every batch in a thread":
+        from aioflow.ops import event_time
+
+        monkeypatch.setattr(event_time, "THREAD_ROWS", 0)
+    elif request.param != "as shipped":
+        from aioflow.ops.columnar import Rows
+        from aioflow.ops.columnar_held import SessionRows
+        from aioflow.ops.columnar_sessions import ColSessions
+
+        monkeypatch.setattr(ColSessions, "COMPACT", 0)
+        monkeypatch.setattr(Rows, "SEGS", 1)
+        monkeypatch.setattr(SessionRows, "BLOCKS", 1)
+        monkeypatch.setattr(SessionRows, "SLACK", 0)

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 import pytest
-from _columnar import batch_of, batched, flat, run, source, window_rows
+from _columnar import batch_of, batched, flat, recut, run, source, window_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,32 +52,13 @@ def test_columnar_sort_by_equals_the_per_item_sort(compact, data, mode, a):
     assert all(not isinstance(b, list) for b in got)
 
 
-@pytest.fixture(params=["as shipped", "compacting at every batch", "every batch in a thread"])
-def compact(request, monkeypatch):
-    """The columnar buffers as shipped, or dropping dead rows and merging segments always,
-    or every batch taken in a thread of the run (as large ones are), read ahead."""
-    if request.param == "every batch in a thread":
-        from aioflow.ops import event_time
-
-        monkeypatch.setattr(event_time, "THREAD_ROWS", 0)
-    elif request.param != "as shipped":
-        from aioflow.ops.columnar import Rows
-        from aioflow.ops.columnar_held import SessionRows
-        from aioflow.ops.columnar_sessions import ColSessions
-
-        monkeypatch.setattr(ColSessions, "COMPACT", 0)
-        monkeypatch.setattr(Rows, "SEGS", 1)
-        monkeypatch.setattr(SessionRows, "BLOCKS", 1)
-        monkeypatch.setattr(SessionRows, "SLACK", 0)
-
-
 @FAST
 @given(batched(), st.integers(0, 30), st.booleans())
 def test_columnar_sessions_equal_the_per_item_sessions(compact, data, a, ordered):
     rows, batches, _, kind = data
     if ordered:  # what sort_by(max_delay=) gives: the vectorized path
         rows = sorted(rows, key=lambda r: r["t"])
-        batches = _recut(rows, batches, kind)
+        batches = recut(rows, batches, kind)
     want, late = run(_sessions(af.from_iterable(rows), a))
     got, got_late = run(_sessions(source(batches), a))
     assert flat(got) == window_rows(want)
@@ -97,26 +78,25 @@ def test_columnar_windows_equal_the_per_item_windows(compact, data, a, ordered):
     rows, batches, _, kind = data
     if ordered:
         rows = sorted(rows, key=lambda r: r["t"])
-        batches = _recut(rows, batches, kind)
+        batches = recut(rows, batches, kind)
     want, late = run(_windows(af.from_iterable(rows), a))
     got, got_late = run(_windows(source(batches), a))
     assert flat(got) == window_rows(want)
     assert got_late == late
 
 
-def test_sliding_windows_of_batches_are_refused_clearly():
-    b = batch_of([{"t": 1, "k": 0, "i": 0, "v": 1.0}], "arrow")
-    with pytest.raises(af.PipelineError, match="sliding"):
-        source([b]).window_by_time("t", 4, slide=2).to_list()
-
-
-def _recut(rows, batches, kind):
-    out, i = [], 0
-    for b in batches:
-        n = b.num_rows if kind == "arrow" else len(b["t"])
-        out.append(batch_of(rows[i : i + n], kind))
-        i += n
-    return out
+def test_sliding_windows_of_batches_are_windows_of_batches():
+    """Sliding windows of batches were refused (``af.PipelineError``); each window's
+    ``items`` is now a batch of its rows (``tests/test_columnar_sliding.py``: the twin)."""
+    rows = [{"t": t, "k": 0, "i": i, "v": 1.0} for i, t in enumerate([1, 2, 5])]
+    out = source([batch_of(rows, "arrow")]).window_by_time("t", 4, slide=2).to_list()
+    assert all(isinstance(w.items, pa.RecordBatch) for w in out)
+    assert [(w.start, w.end, w.items["t"].to_pylist()) for w in out] == [
+        (-2, 2, [1]),
+        (0, 4, [1, 2]),
+        (2, 6, [2, 5]),
+        (4, 8, [5]),
+    ]
 
 
 @FAST

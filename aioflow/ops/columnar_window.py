@@ -1,5 +1,7 @@
-"""``window_by_time`` (tumbling) on record batches: the columnar twin of ``TimeWindows``
-(``ops/event_time_core``), with the machine interface of that module.
+"""``window_by_time`` on record batches: the columnar twin of ``TimeWindows``
+(``ops/event_time_core``), with the machine interface of that module: ``ColWindows``
+(tumbling, and ``slide == size``) here, ``ColSliding`` (any other ``slide``) in
+``ops/columnar_sliding``; ``WindowsBase`` is what they share.
 
 Output: an ``af.Window(key, start, end, items)`` per window (``key`` None without ``by``),
 ``items`` a batch of the window's rows (as the sessions', ``ops/columnar_sessions``), in
@@ -10,7 +12,6 @@ vectorized: each row's window ``(key, time // size * size)`` (rows grouped by a 
 ``lexsort``, one dict look-up per window, not per row), a window closed at the first row
 whose watermark reaches ``end + allowed_lateness`` (``searchsorted``); no row of such a
 batch is late. Any other batch runs the per-item machine on the rows' indices, exactly.
-Sliding windows (``slide``) on batches are refused (``af.PipelineError``).
 """
 
 from __future__ import annotations
@@ -25,21 +26,19 @@ from aioflow.ops.columnar import Rows, column, scalar, span, stable_order, windo
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.event_time_core import Late, TimeWindows
 
-__all__ = ["ColWindows"]
+__all__ = ["ColWindows", "WindowsBase"]
 
 
-class ColWindows(ColumnarBase):
-    """``window_by_time(time, size, by=...)`` (tumbling) on batches (see the module doc)."""
+class WindowsBase(ColumnarBase):
+    """What the columnar windows share: the spans in the column's units, the output
+    watermark, the held rows (``buf``, in arrival order) and making the windows."""
 
     def __init__(
         self, time: str, by: str | None, size: Any, lateness: Any, max_delay: Any, on_late: str
     ) -> None:
         super().__init__(on_late, max_delay)
         self.time, self.by, self.size0, self.lateness0 = time, by, size, lateness
-        self.buf = Rows(cols={"t": np.empty(0), "k": np.empty(0), "g": np.empty(0, np.int64)})
-        self.wkey: list[Any] = []  # the open windows: key, start, first arrival
-        self.wstart = np.empty(0)
-        self.wfirst = np.empty(0, np.int64)
+        self.buf = Rows(cols={"t": np.empty(0), "k": np.empty(0)})
 
     size = property(lambda self: span(self.size0, self.unit))
     ll = property(lambda self: span(self.lateness0, self.unit))
@@ -50,13 +49,40 @@ class ColWindows(ColumnarBase):
             return scalar(self.max, self.unit)
         return scalar(self.max - self.delay - self.ll, self.unit)
 
+    def keys(self, b: Any, n: int) -> np.ndarray:
+        """The ``by`` column of batch ``b`` (``n`` zeros without ``by``)."""
+        return np.asarray(column(b, self.by)) if self.by else np.zeros(n, np.int8)
+
+    def windows(self, rows: Any, counts: np.ndarray, starts: Any, ends: Any) -> list[Any]:
+        starts, ends = np.asarray(starts), np.asarray(ends)
+        if self.unit is not None:
+            starts = starts.astype(np.int64).view(self.unit)
+            ends = ends.astype(np.int64).view(self.unit)
+        return windows_of(rows, counts, self.by, (starts, ends))
+
+    def held(self) -> list[list[Any]]:
+        return [self.buf.pieces()]
+
+
+class ColWindows(WindowsBase):
+    """``window_by_time(time, size, by=...)`` (tumbling) on batches (see the module doc)."""
+
+    def __init__(
+        self, time: str, by: str | None, size: Any, lateness: Any, max_delay: Any, on_late: str
+    ) -> None:
+        super().__init__(time, by, size, lateness, max_delay, on_late)
+        self.buf = Rows(cols={"t": np.empty(0), "k": np.empty(0), "g": np.empty(0, np.int64)})
+        self.wkey: list[Any] = []  # the open windows: key, start, first arrival
+        self.wstart = np.empty(0)
+        self.wfirst = np.empty(0, np.int64)
+
     def add(
         self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
     ) -> None:
         for i, b in enumerate(items):
             b = self.batch(b, start + i)
             t = self.times(b, self.time)
-            k = np.asarray(column(b, self.by)) if self.by else np.zeros(len(t), np.int8)
+            k = self.keys(b, len(t))
             new = Rows.of(b, start + i, self.rows, t=t, k=k, g=np.full(len(t), -1, np.int64))
             if not len(t):
                 continue
@@ -123,13 +149,6 @@ class ColWindows(ColumnarBase):
         rest.cols["g"] = renum[rest.cols["g"]]
         self.buf = rest
 
-    def windows(self, rows: Any, counts: np.ndarray, starts: Any, ends: Any) -> list[Any]:
-        starts, ends = np.asarray(starts), np.asarray(ends)
-        if self.unit is not None:
-            starts = starts.astype(np.int64).view(self.unit)
-            ends = ends.astype(np.int64).view(self.unit)
-        return windows_of(rows, counts, self.by, (starts, ends))
-
     # -- the exact path: the per-item machine on row indices -------------------------------
     def exact(self, new: Rows, s: int, start: int, out: list[Any]) -> None:
         allr = self.buf.cat(new)
@@ -186,9 +205,6 @@ class ColWindows(ColumnarBase):
             self.close(self.buf, np.lexsort((self.wfirst, end)), 1 << 62, out)
         self.done = True
 
-    def held(self) -> list[list[Any]]:
-        return [self.buf.pieces()]
-
     def restore(
         self, scalars: dict[str, Any], cols: Sequence[Sequence[Any]], items: Sequence[Any]
     ) -> None:
@@ -199,7 +215,7 @@ class ColWindows(ColumnarBase):
             return
         self.kind = "dict" if isinstance(data, dict) else "arrow"
         t = self.times(data, self.time)
-        k = np.asarray(column(data, self.by)) if self.by else np.zeros(len(t), np.int8)
+        k = self.keys(data, len(t))
         n = len(t)
         allr = Rows.of(data, -1, -n, t=t, k=k, g=np.full(n, -1, np.int64))
         m = TimeWindows(self.size, self.size, self.ll, self.delay, self.on_late)

@@ -24,6 +24,7 @@ from aioflow.errors import LateItem, PipelineError, annotate
 from aioflow.ops.columnar import kind_of, nrows
 from aioflow.ops.columnar_base import Auto
 from aioflow.ops.columnar_sessions import ColSessions
+from aioflow.ops.columnar_sliding import ColSliding
 from aioflow.ops.columnar_sort import ColTimeSort
 from aioflow.ops.columnar_window import ColWindows
 from aioflow.ops.event_time_core import EventMachine, Late, TimeSort, TimeWindows, Window
@@ -298,7 +299,8 @@ def window_by_time_node(
     allowed_lateness: Any,
     on_late: str,
 ) -> Node:
-    """``window_by_time``: tumbling or sliding windows of event time (``TimeWindows``)."""
+    """``window_by_time``: tumbling or sliding windows of event time (``TimeWindows``; on
+    batches ``ColWindows``, tumbling or ``slide == size``, else ``ColSliding``)."""
     fns = [accessor("window_by_time time", time)]
     if by is not None:
         fns.append(accessor("window_by_time by", by))
@@ -310,13 +312,10 @@ def window_by_time_node(
     access = columns(*fns)
     step = size if slide is None else slide
 
-    def columnar() -> ColWindows:
-        if slide is not None:
-            raise PipelineError(
-                "window_by_time: sliding windows (slide=) of record batches are not columnar"
-                " yet; give a function time (one batch, one item) or tumbling windows"
-            )
-        return ColWindows(time, by, size, allowed_lateness, max_delay, on_late)
+    def columnar() -> ColWindows | ColSliding:
+        if slide is None or slide == size:
+            return ColWindows(time, by, size, allowed_lateness, max_delay, on_late)
+        return ColSliding(time, by, size, slide, allowed_lateness, max_delay, on_late)
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         m: Any = TimeWindows(size, step, allowed_lateness, max_delay, on_late)
