@@ -91,7 +91,12 @@ class GroupMethods(PipelineBase, Generic[T]):
 
     # -- ordering, grouping, sampling --------------------------------------------------
     def shuffle(
-        self, buffer_size: int, *, seed: int | None = None, reshuffle_each_iteration: bool = True
+        self,
+        buffer_size: int,
+        *,
+        seed: int | None = None,
+        reshuffle_each_iteration: bool = True,
+        rows: bool = False,
     ) -> Pipeline[T]:
         """Shuffle through a buffer of ``buffer_size`` items (tf.data's buffer shuffle).
 
@@ -112,7 +117,7 @@ class GroupMethods(PipelineBase, Generic[T]):
             >>> q.to_list() == q.to_list()
             True
         """
-        return self._add(_o.shuffle_node, buffer_size, seed, reshuffle_each_iteration)
+        return self._add(_o.shuffle_node, buffer_size, seed, reshuffle_each_iteration, rows)
 
     def sort_by(
         self,
