@@ -123,6 +123,7 @@ class RowBuffer:
             self.refs[seg] += k
         rest = m - k
         if not rest:
+            self._tidy()
             return None
         slots = (self.rng.random(rest) * self.n).astype(int)  # the per-item draws
         order = stable_order(slots)
@@ -180,11 +181,12 @@ class RowBuffer:
 
 
 class RowShuffleLog:
-    """The columnar ``ShuffleLog``: per output batch ``(out, taken, rng, fill, big, slots,
-    where, batch)`` before it, kept for the last ``KEEP`` output chunks. The state after
-    ``k`` batches out: ``{"rows": <the buffer's rows, a batch in slot order, or None>,
-    "rng": <bit generator state>, "big": <largest batch>, "drop": d}``, its input resumed
-    after the batches taken then."""
+    """The columnar ``ShuffleLog``: per output batch ``(out, taken, rng, fill)`` before it,
+    the slots it changed, where in it each slot's previous row is and the batch, kept for
+    the last ``KEEP`` output chunks. The state after ``k`` batches out: ``{"rows": <the
+    buffer's rows, a batch in slot order, or None>, "rng": <bit generator state>, "big":
+    <largest input batch>, "drop": d}``, its input resumed after the batches taken then
+    (``big`` is the largest so far, not then: the flush's size is the largest of all)."""
 
     KEEP = 16  # output chunks (as ``ShuffleLog``)
 
@@ -222,13 +224,13 @@ class RowShuffleLog:
                 out, rng = self.flushed
         src, where = np.full(fill, -1, np.int64), np.arange(fill)
         outs: list[Any] = []
-        for out_b, taken_b, rng_b, fill_b, big_b, u, jf, batch in reversed(entries):
+        for out_b, taken_b, rng_b, fill_b, u, jf, batch in reversed(entries):
             if out <= target:
                 break
             src[u], where[u] = len(outs), jf  # the rows it replaced, back in their slots
             outs.append(batch)
             src, where = src[:fill_b], where[:fill_b]
-            out, taken, rng, big = out_b, taken_b, rng_b, big_b
+            out, taken, rng = out_b, taken_b, rng_b
         if out > target:
             return None  # further back than the log reaches: replay
         rows = None
@@ -254,7 +256,7 @@ async def _shuffle(src: ChunkIter, log: RowShuffleLog) -> ChunkIter:
                     failure = e
                     break
                 with lock:
-                    before = (log.out, log.taken, b.rng.bit_generator.state, b.fill, b.big)
+                    before = (log.out, log.taken, b.rng.bit_generator.state, b.fill)
                     res = b.put(x, m)
                     log.taken += 1
                     if res is not None:
