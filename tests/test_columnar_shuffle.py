@@ -16,7 +16,7 @@ import aioflow as af
 from aioflow.ops.columnar_shuffle import RowBuffer
 
 FAST = settings(
-    max_examples=60,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -65,9 +65,11 @@ def seekable(batches: list) -> af.Pipeline:
 
 @pytest.fixture(params=["as shipped", "compacting at every batch"])
 def compact(request, monkeypatch):
-    """The buffer as shipped, or its rows copied into one batch whenever two batches live."""
+    """The buffer as shipped, or its rows copied into one batch whenever two batches live
+    or they hold more rows than twice the buffer's."""
     if request.param != "as shipped":
         monkeypatch.setattr(RowBuffer, "SEGS", 1)
+        monkeypatch.setattr(RowBuffer, "SLACK", 0)
 
 
 @FAST
@@ -237,3 +239,15 @@ def test_a_corrupted_state_is_refused(name):
         node[key] = value
     with pytest.raises(af.StateMismatch):
         list(make().iter(state=state))
+
+
+def test_large_batches_through_a_small_buffer_keep_about_the_buffers_rows():
+    """Batches of 5000 rows through a buffer of 10: each would keep its 5000 rows alive
+    for the few the buffer holds; the held rows are copied out instead."""
+    buf = RowBuffer(10, np.random.default_rng(1))
+    for j in range(40):
+        b = batch(5000 * j, 5000 * j + 5000, "dict")
+        buf.put(b, buf.check(b, j))
+        assert buf.size <= 2 * buf.fill + RowBuffer.SLACK
+        assert sum(len(s["i"]) for s in buf.segs if s is not None) == buf.size
+    assert buf.fill == 10 and buf.size == 10

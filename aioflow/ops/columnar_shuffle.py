@@ -11,7 +11,8 @@ put into slot ``s_j`` by the last earlier ``j'`` with the same slot, else the bu
 ``s_j``, and the buffer afterwards holds per slot the last new row put there (a stable
 argsort of the slots). The buffer is kept as ``(segment, row)`` indices into the input
 batches (``RowBuffer``); an output is one ``take`` over the segments it draws from, and
-when more than ``SEGS`` input batches are kept alive the buffer's rows are copied into one.
+when more than ``SEGS`` input batches are kept alive, or they hold more than twice the
+buffer's rows (plus ``SLACK``), the buffer's rows are copied into one.
 
 Resuming (``RowShuffleLog``, the columnar ``ShuffleLog``): each output batch logs its
 slots and where in it each slot's previous row went (the batch is in flight downstream
@@ -50,13 +51,14 @@ class RowBuffer:
     ``segs[bpart[i]]`` (``refs``: the slots of each segment; a dead one is None)."""
 
     SEGS = 16  # input batches kept alive before the buffer's rows are copied into one
+    SLACK = 4096  # ... or rows in them beyond twice the buffer's
 
     def __init__(self, n: int, rng: np.random.Generator) -> None:
         self.n, self.rng = n, rng
         self.segs: list[Any] = []
         self.refs = _EMPTY
         self.bpart = self.bidx = _EMPTY  # capacity grows by doubling; ``fill`` in use
-        self.fill = 0
+        self.fill = self.size = 0  # (size: the rows of the live segments)
         self.big = 0  # the largest input batch's rows (the flush's batch size)
         self.kind: str | None = None
         self.schema: Any = None
@@ -85,6 +87,7 @@ class RowBuffer:
 
     def _add(self, b: Any) -> int:
         self.segs.append(b)
+        self.size += nrows(b)
         self.refs = np.append(self.refs, 0)
         return len(self.segs) - 1
 
@@ -147,9 +150,11 @@ class RowBuffer:
     def _tidy(self) -> None:
         """Dead segments go; too many alive: the buffer's rows into one."""
         for i in np.flatnonzero(self.refs == 0).tolist():
-            self.segs[i] = None
+            if self.segs[i] is not None:
+                self.size -= nrows(self.segs[i])
+                self.segs[i] = None
         live = self.live()
-        if live > self.SEGS:
+        if live > self.SEGS or self.size > 2 * self.fill + self.SLACK:
             one = self.gather(self.bpart[: self.fill], self.bidx[: self.fill])
             self.load(one)
         elif len(self.segs) > 2 * live + self.SEGS:
@@ -161,7 +166,7 @@ class RowBuffer:
 
     def load(self, rows: Any) -> None:
         """Hold exactly ``rows`` (a batch, in slot order; None: none)."""
-        self.segs, self.refs, self.fill = [], _EMPTY, 0
+        self.segs, self.refs, self.fill, self.size = [], _EMPTY, 0, 0
         self.bpart = self.bidx = _EMPTY
         if rows is None or not nrows(rows):
             return
