@@ -119,7 +119,9 @@ class GroupMethods(PipelineBase, Generic[T]):
         batches before it and an empty one give none); at the end the buffer comes out in
         batches of the largest input batch's size. Rows are taken with one ``take`` per
         batch (no Python step per row); memory: the buffer's rows, in at most 17 input
-        batches (more are copied into one). It resumes exactly from any state.
+        batches holding at most twice its rows (plus 4096; beyond, the rows are copied into
+        one batch). It resumes exactly from any state (which holds the buffer's rows as a
+        record batch: store it with ``pickle``).
 
         Example:
             >>> import aioflow as af
