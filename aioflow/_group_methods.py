@@ -91,7 +91,12 @@ class GroupMethods(PipelineBase, Generic[T]):
 
     # -- ordering, grouping, sampling --------------------------------------------------
     def shuffle(
-        self, buffer_size: int, *, seed: int | None = None, reshuffle_each_iteration: bool = True
+        self,
+        buffer_size: int,
+        *,
+        seed: int | None = None,
+        reshuffle_each_iteration: bool = True,
+        rows: bool = False,
     ) -> Pipeline[T]:
         """Shuffle through a buffer of ``buffer_size`` items (tf.data's buffer shuffle).
 
@@ -103,6 +108,21 @@ class GroupMethods(PipelineBase, Generic[T]):
         ``reshuffle_each_iteration=False``; ``seed=None`` is a fresh order every time.
         Memory: the buffer.
 
+        A record batch (a ``pyarrow.RecordBatch`` or a dict of numpy arrays) is one item:
+        ``batch(32).shuffle(100)`` shuffles whole batches. With ``rows=True`` the items
+        must be record batches (of one kind and schema; anything else is an
+        ``af.PipelineError``) and their *rows* are shuffled through a buffer of
+        ``buffer_size`` rows: the rows come out exactly as ``unbatch().shuffle(buffer_size,
+        seed=seed)`` gives them, in batches of the input's kind and schema. Once the
+        buffer is full, each input batch gives one batch of the rows its rows replace (as
+        many rows; the batch that fills the buffer gives those of its rows beyond it, the
+        batches before it and an empty one give none); at the end the buffer comes out in
+        batches of the largest input batch's size. Rows are taken with one ``take`` per
+        batch (no Python step per row); memory: the buffer's rows, in at most 17 input
+        batches holding at most twice its rows (plus 4096; beyond, the rows are copied into
+        one batch). It resumes exactly from any state (which holds the buffer's rows as a
+        record batch: store it with ``pickle``).
+
         Example:
             >>> import aioflow as af
             >>> p = af.range(10).shuffle(4, seed=7)
@@ -111,8 +131,16 @@ class GroupMethods(PipelineBase, Generic[T]):
             >>> q = af.range(10).shuffle(4, seed=7, reshuffle_each_iteration=False)
             >>> q.to_list() == q.to_list()
             True
+            >>> import numpy as np
+            >>> batches = [{"x": np.arange(i, i + 4)} for i in range(0, 12, 4)]
+            >>> out = af.from_iterable(batches).shuffle(6, seed=1, rows=True).to_list()
+            >>> [len(b["x"]) for b in out]
+            [2, 4, 4, 2]
+            >>> rows = af.from_iterable(batches).unbatch().shuffle(6, seed=1)
+            >>> [int(x) for b in out for x in b["x"]] == [int(r["x"]) for r in rows]
+            True
         """
-        return self._add(_o.shuffle_node, buffer_size, seed, reshuffle_each_iteration)
+        return self._add(_o.shuffle_node, buffer_size, seed, reshuffle_each_iteration, rows)
 
     def sort_by(
         self,

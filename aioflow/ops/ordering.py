@@ -17,6 +17,7 @@ from aioflow._core.chunks import skip_chunks
 from aioflow.errors import LateItem, PipelineError
 from aioflow.ops.columnar_base import Auto
 from aioflow.ops.columnar_groups import ColGroups
+from aioflow.ops.columnar_shuffle import RowBuffer, RowShuffleLog, rows_check, shuffle_rows
 from aioflow.ops.columnar_sort import ColBufferSort
 from aioflow.ops.event_time import accessor, columns, run_machine, time_sort
 from aioflow.ops.event_time_core import Late
@@ -53,19 +54,27 @@ def _check_size(name: str, v: Any) -> None:
 
 # -- shuffle ------------------------------------------------------------------------------
 def _shuffle(
-    buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
+    buffer_size: int, seed: int | None, reshuffle_each_iteration: bool, rows: bool = False
 ) -> Callable[[Ctx, Sequence[Opener]], ChunkIter]:
     """tf.data's buffer shuffle: fill a buffer, then emit a random slot and refill it.
 
     The slots for a whole chunk are drawn at once (doubles scaled to the buffer size: one
     64-bit draw per item, so the order does not depend on chunk boundaries). At the end
-    the buffer is emitted in a random permutation.
+    the buffer is emitted in a random permutation. ``rows``: of the rows of record batches,
+    the same draws (``ops/columnar_shuffle``).
     """
     check_int("shuffle buffer_size", buffer_size, 1)
+    if not isinstance(rows, bool):
+        raise PipelineError(f"shuffle rows must be True or False, got {rows!r}")
     seed = check_seed(seed)
     if seed is None and not reshuffle_each_iteration:
         # as in tf.data: a random order, the same for every epoch of this pipeline
         seed = check_seed(np.random.SeedSequence().entropy)
+    if rows:
+        return shuffle_rows(
+            buffer_size,
+            lambda ctx: epoch_rng(seed, ctx.open_index if reshuffle_each_iteration else 0),
+        )
 
     async def shuffle(src: ChunkIter, ctx: Ctx, log: ShuffleLog) -> ChunkIter:
         rng, buf, lock = log.rng, log.buf, log.lock  # the lock: see ShuffleLog
@@ -189,12 +198,29 @@ def _group_by(
 
 # -- the nodes ----------------------------------------------------------------------------
 def shuffle_node(
-    up: Pipeline[Any], buffer_size: int, seed: int | None, reshuffle_each_iteration: bool
+    up: Pipeline[Any],
+    buffer_size: int,
+    seed: int | None,
+    reshuffle_each_iteration: bool,
+    rows: bool = False,
 ) -> Node:
-    """``shuffle``: tf.data's buffer shuffle (see ``_shuffle``); holds the buffer."""
+    """``shuffle``: tf.data's buffer shuffle (see ``_shuffle``); holds the buffer (of
+    items; ``rows``: of rows, in at most ``RowBuffer.SEGS + 1`` input batches, and the
+    output batches its log keeps)."""
+    build = _shuffle(buffer_size, seed, reshuffle_each_iteration, rows)
+    if rows:
+        return Node(
+            f"shuffle({buffer_size}, rows=True)",
+            build,
+            inputs=(up,),
+            card=card_unknown,
+            holds=RowBuffer.SEGS + 1 + RowShuffleLog.KEEP,
+            key=(buffer_size, seed, reshuffle_each_iteration, rows),
+            resume=Logged(rows_check(buffer_size)),
+        )
     return Node(
         f"shuffle({buffer_size})",
-        _shuffle(buffer_size, seed, reshuffle_each_iteration),
+        build,
         inputs=(up,),
         holds=buffer_size,
         key=(buffer_size, seed, reshuffle_each_iteration),
