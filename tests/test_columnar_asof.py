@@ -69,7 +69,8 @@ def pairs(outs, kind, by):
     for b in outs:
         for row in rows_of(b):
             a = {c: row[c] for c in LEFT}
-            hit = row["matched"] if kind == "dict" else row["t_right"] is not None
+            # (no right column: the right stream had no batch, its columns are unknown)
+            hit = row["matched"] if kind == "dict" else row.get("t_right") is not None
             m = None
             if hit:
                 m = {"t": row["t_right"], "i": row["i_right"], "v": row["v_right"]}

@@ -30,6 +30,7 @@ from aioflow._state.held import HeldLog
 from aioflow.errors import PipelineError, annotate
 from aioflow.ops.columnar import kind_of
 from aioflow.ops.columnar_asof import ColAsof
+from aioflow.ops.columnar_asof_exact import ColAsofExact
 from aioflow.ops.columnar_base import Auto
 from aioflow.ops.event_time import Access, accessor, check_time, columns
 from aioflow.ops.event_time_core import back
@@ -240,10 +241,10 @@ class _Auto(Auto):
     def end_right(self, out: list[Any]) -> None:
         self.m.end_right(out)
 
-    def finish(self) -> None:
+    def finish(self, out: list[Any] | None = None) -> None:
         self.m.finish()
 
-    def restore(self, scalars: dict[str, Any], left: Any, right: Any) -> None:  # type: ignore[override]
+    def restore(self, scalars: dict[str, Any], left: Any, right: Any) -> None:
         if scalars.get("columnar") and not self.col:
             self._columnar()
         self.decided = self.decided or self.col
@@ -331,11 +332,16 @@ def asof_join_node(
 
     columnar = isinstance(on, str) and (by is None or isinstance(by, str))
 
+    def columnar_machine() -> ColAsof:
+        if max_keys is None:
+            return ColAsof(on, by, tolerance, max_delay)
+        return ColAsofExact(on, by, tolerance, max_delay, max_keys, AsofJoin)
+
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
         m: Any = AsofJoin(tolerance, max_delay, max_keys)
         acc = access
         if columnar:
-            m = _Auto(m, access, lambda: ColAsof(on, by, tolerance, max_delay, max_keys, AsofJoin))
+            m = _Auto(m, access, columnar_machine)
             acc = m.access
         log = HeldLog(ctx, m.held, inputs=2, weigh=getattr(m, "weigh", None))
         if log.scalars is not None:

@@ -17,16 +17,15 @@ the longest prefix of ``pend`` that is late or below the right watermark; their 
 are one ``searchsorted`` of (key, time) codes over the right rows. After each right
 batch, a right row goes when a later one of its key is at or before the floor (the left
 watermark, and no waiting left row before it) or it is more than ``tolerance`` before
-it: no left row to come can match it. With ``max_keys`` (evictions: which rows miss
-their match depends on the order of the per-item join's steps) the per-item machine
-runs on the rows' arrival numbers, exactly, the data staying in the batches.
+it: no left row to come can match it. With ``max_keys``, ``ColAsofExact``
+(``ops/columnar_asof_exact``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,12 +46,8 @@ from aioflow.ops.columnar import (
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.columnar_join import Joined
 
-if TYPE_CHECKING:
-    from aioflow.ops.asof import AsofJoin
-
 __all__ = ["ColAsof"]
 
-_FAR = -(1 << 62)  # the inner per-item machine's "taken": it logs nothing itself
 _E = np.empty(0, np.int64)
 
 
@@ -85,16 +80,7 @@ def _restored(pieces: Sequence[Any]) -> tuple[Any, np.ndarray]:
 class ColAsof(ColumnarBase):
     """``asof_join(other, on=col, by=col or None)`` on batches (see the module doc)."""
 
-    def __init__(
-        self,
-        on: str,
-        by: str | None,
-        tolerance: Any,
-        max_delay: Any,
-        max_keys: int | None,
-        exact: Callable[..., AsofJoin] | None = None,
-    ) -> None:
-        """``exact``: the per-item machine's class (``AsofJoin``), run with ``max_keys``."""
+    def __init__(self, on: str, by: str | None, tolerance: Any, max_delay: Any) -> None:
         super().__init__("emit", max_delay)
         self.on, self.by, self.tol0 = on, by, tolerance
         self.maxr: Any = None
@@ -108,19 +94,10 @@ class ColAsof(ColumnarBase):
         self.partial: tuple[Any, ...] = ()  # the joined rows out of the front left batch
         self.pmin: Any = None  # their least time (but late rows'): the watermark is not above
         self.temporal: bool | None = None  # the on column holds times (not numbers)
-        self.pm: AsofJoin | None = None  # with max_keys: the per-item machine on seqs
-        if max_keys is not None:
-            assert exact is not None
-            self.pm = exact(tolerance, max_delay, max_keys)
-            self.pm.taken = [_FAR, _FAR]
 
     @property
     def tol(self) -> Any:
         return span(self.tol0, self.unit)
-
-    def to_units(self) -> None:
-        if self.pm is not None:
-            self.pm.tol, self.pm.delay = self.tol, self.delay
 
     # -- what the driver reads ------------------------------------------------------------
     @property
@@ -134,11 +111,12 @@ class ColAsof(ColumnarBase):
         waiting = self.pend.cols["t"][~self.pend.cols["late"]]
         return min(p, waiting.min().item()) if len(waiting) else p
 
+    def floor_out(self) -> Any:
+        return self.max if self.done else self.floor()
+
     @property
     def watermark(self) -> Any:
-        w = self.max if self.done else self.floor()
-        if self.pm is not None:
-            w = self.pm.watermark
+        w = self.floor_out()
         if self.pmin is not None and w is not None:
             w = min(w, self.pmin)
         return scalar(w, self.unit)
@@ -183,17 +161,7 @@ class ColAsof(ColumnarBase):
             if not n:
                 continue
             self.seqs[0] += n
-            if self.pm is not None:
-                new = Rows.of(b, start + i, s0, t=t, k=k, late=np.zeros(n, bool))
-                self.pend = self.pend.cat(new)
-                got: list[Any] = []
-                self.pm.add_left(self.keys(t, k), range(s0, s0 + n), s0, got)
-                self.exact(got, out)
-                continue
-            late, self.max = _late(t, self.max, self.delay)
-            self.late += int(late.sum())
-            self.pend = self.pend.cat(Rows.of(b, start + i, s0, t=t, k=k, late=late))
-            self.release(out)
+            self.left_rows(Rows.of(b, start + i, s0, t=t, k=k), out)
 
     def add_right(
         self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
@@ -204,36 +172,35 @@ class ColAsof(ColumnarBase):
             if not n:
                 continue
             self.seqs[1] += n
-            new = Rows.of(b, start + i, s0, t=t, k=k)
-            if self.pm is not None:
-                self.right = self.right.cat(new)
-                got: list[Any] = []
-                self.pm.add_right(self.keys(t, k), range(s0, s0 + n), s0, got)
-                self.exact(got, out)
-                continue
-            late, self.maxr = _late(t, self.maxr, self.delay)
-            self.late += int(late.sum())
-            allr = self.right.cat(new.take(np.flatnonzero(~late)))
-            rt, rk = allr.cols["t"], allr.cols["k"]
-            self.right = allr.take(np.lexsort((allr.seq, rt, _codes(rk))))
-            self.release(out)
-            self.prune()
+            self.right_rows(Rows.of(b, start + i, s0, t=t, k=k), out)
 
     def end_right(self, out: list[Any]) -> None:
         self.rdone = True
-        if self.pm is not None:
-            got: list[Any] = []
-            self.pm.end_right(got)
-            self.exact(got, out)
-        else:
-            self.release(out)
+        self.release(out)
 
     def finish(self) -> None:
         self.done = True
-        if self.pm is not None:
-            self.pm.finish()
 
     # -- the vectorized path --------------------------------------------------------------
+    def left_rows(self, new: Rows, out: list[Any]) -> None:
+        late, self.max = _late(new.cols["t"], self.max, self.delay)
+        self.late += int(late.sum())
+        new.cols["late"] = late
+        self.pend = self.pend.cat(new)
+        self.release(out)
+
+    def right_rows(self, new: Rows, out: list[Any]) -> None:
+        late, self.maxr = _late(new.cols["t"], self.maxr, self.delay)
+        self.late += int(late.sum())
+        self.right = self.sort_right(self.right.cat(new.take(np.flatnonzero(~late))))
+        self.release(out)
+        self.prune()
+
+    @staticmethod
+    def sort_right(r: Rows) -> Rows:
+        """The right rows by key, time, arrival (what ``match`` and ``prune`` need)."""
+        return r.take(np.lexsort((r.seq, r.cols["t"], _codes(r.cols["k"]))))
+
     def release(self, out: list[Any]) -> None:
         p = self.pend
         n = len(p)
@@ -283,27 +250,6 @@ class ColAsof(ColumnarBase):
             self.gone[1].extend(r.pieces(np.flatnonzero(drop), before=self.taken[1]))
             self.right = r.take(np.flatnonzero(~drop))
 
-    # -- the exact path (max_keys): the per-item machine on arrival numbers ---------------
-    def keys(self, t: np.ndarray, k: np.ndarray) -> list[list[Any]]:
-        return [t.tolist(), k.tolist()] if self.by is not None else [t.tolist()]
-
-    def exact(self, got: list[Any], out: list[Any]) -> None:
-        pm = self.pm
-        assert pm is not None
-        self.max, self.maxr, self.late, self.evicted = pm.maxl, pm.maxr, pm.late, pm.evicted
-        j = np.full(len(got), -1, np.int64)
-        if got:
-            ids = np.asarray([-1 if m is None else m for _, m in got], np.int64)
-            hit = np.asarray([m is not None for _, m in got], bool)
-            j[hit] = np.searchsorted(self.right.seq, ids[hit])
-            self.emit(j, len(got), out)
-        held = np.fromiter((e[1] for lst in pm.right.values() for e in lst), np.int64)
-        r = self.right
-        keep = np.isin(r.seq, held)
-        if not keep.all():
-            self.gone[1].extend(r.pieces(np.flatnonzero(~keep), before=self.taken[1]))
-            self.right = r.take(np.flatnonzero(keep))
-
     # -- the output -----------------------------------------------------------------------
     def emit(self, j: np.ndarray, r: int, out: list[Any]) -> None:
         """The first ``r`` waiting left rows leave, joined with right rows ``j``: to the
@@ -334,12 +280,13 @@ class ColAsof(ColumnarBase):
     def held(self) -> list[list[Any]]:
         return [self.pend.pieces(), self.right.pieces()]
 
+    def lates(self) -> list[int]:
+        """The positions of the late rows among the waiting left ones."""
+        return list(np.flatnonzero(self.pend.cols["late"]).tolist())
+
     def state(self) -> dict[str, Any]:
         st = super().state()
-        if self.pm is not None:
-            lates = [i for i, e in enumerate(self.pm.pending) if e[3][1]]
-        else:
-            lates = np.flatnonzero(self.pend.cols["late"]).tolist()
+        lates = self.lates()
         st.update(maxr=self.maxr, rdone=self.rdone, lates=lates, right0=self.out.right0)
         st.update(partial=self.partial, pmin=self.pmin)
         return st
@@ -352,7 +299,6 @@ class ColAsof(ColumnarBase):
         self.partial, self.pmin = tuple(scalars["partial"]), scalars["pmin"]
         self.kind = kind_of(r0) if r0 is not None else None
         (lrows, lsrc), (rrows, _) = _restored(left), _restored(right)
-        lc = rc = None
         if lrows is not None:
             self.kind = kind_of(lrows)
             t, k = self.cols(lrows, 0, 0)
@@ -360,13 +306,6 @@ class ColAsof(ColumnarBase):
             late[np.asarray(scalars["lates"], np.int64)] = True
             self.pend = Rows.of(lrows, -1, -len(t), t=t, k=k, late=late)
             self.pend.src = lsrc  # (each row's batch: one output batch per left batch)
-            lc = (self.keys(t, k), list(zip(self.pend.seq.tolist(), late.tolist(), strict=True)))
         if rrows is not None:
             t, k = self.cols(rrows, 1, 0)
-            r = Rows.of(rrows, -1, -len(t), t=t, k=k)
-            rc = (self.keys(t, k), r.seq.tolist())
-            order = np.arange(len(t)) if self.pm else np.lexsort((r.seq, t, _codes(k)))
-            self.right = r.take(order)
-        if self.pm is not None:
-            sc = {"maxl": self.max, "maxr": self.maxr, "rdone": self.rdone}
-            self.pm.restore(sc, lc or ([[], []], []), rc or ([[], []], []))
+            self.right = self.sort_right(Rows.of(rrows, -1, -len(t), t=t, k=k))
