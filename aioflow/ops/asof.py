@@ -14,6 +14,10 @@ is bounded by the keys alive (``max_keys``, least recently updated first out, co
 evicted) and the right items within ``tolerance``. A left item below the left watermark
 when it arrives is late: its match may be gone, so it comes out as ``(item, None)``; a
 late right item is dropped; both are counted late.
+
+On record batches with column names for ``on`` and ``by`` (the left stream's first item
+a batch) the machine is ``ColAsof`` (``ops/columnar_asof``; with ``max_keys``
+``ColAsofExact``), picked by ``_Auto`` at the first chunk and driven by the same driver.
 """
 
 from __future__ import annotations

@@ -288,19 +288,18 @@ class ColAsof(ColumnarBase):
         st = super().state()
         lates = self.lates()
         st.update(maxr=self.maxr, rdone=self.rdone, lates=lates, right0=self.out.right0)
-        st.update(partial=self.partial, pmin=self.pmin)
+        st.update(partial=self.partial, pmin=self.pmin, kind=self.kind)
         return st
 
     def restore(self, scalars: dict[str, Any], left: Sequence[Any], right: Sequence[Any]) -> None:
         """Rebuild from the logged pieces of the rows held (each side in arrival order)."""
         self.restore_scalars(scalars)
         self.maxr, self.rdone = scalars["maxr"], scalars["rdone"]
-        self.out.right0 = r0 = scalars["right0"]
+        self.out.right0 = scalars["right0"]
         self.partial, self.pmin = tuple(scalars["partial"]), scalars["pmin"]
-        self.kind = kind_of(r0) if r0 is not None else None
+        self.kind = scalars["kind"]
         (lrows, lsrc), (rrows, _) = _restored(left), _restored(right)
         if lrows is not None:
-            self.kind = kind_of(lrows)
             t, k = self.cols(lrows, 0, 0)
             late = np.zeros(len(t), bool)
             late[np.asarray(scalars["lates"], np.int64)] = True
