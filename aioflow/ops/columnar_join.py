@@ -34,15 +34,15 @@ def _nullable(idx: np.ndarray, valid: np.ndarray) -> Any:
 
 def _fill(tmpl: np.ndarray, got: np.ndarray | None, matched: np.ndarray) -> np.ndarray:
     """A right column of a dict batch: ``got`` where matched, a missing value elsewhere."""
-    dt, n = tmpl.dtype, len(matched)
-    if dt.kind == "f" or dt.kind == "c":
-        out = np.full(n, np.nan, dt)
+    dt, shape = tmpl.dtype, (len(matched), *tmpl.shape[1:])  # (a column of arrays too)
+    if dt.kind in "fc":
+        out = np.full(shape, np.nan, dt)
     elif dt.kind in "mM":
-        out = np.full(n, np.datetime64("NaT") if dt.kind == "M" else np.timedelta64("NaT"), dt)
+        out = np.full(shape, np.datetime64("NaT") if dt.kind == "M" else np.timedelta64("NaT"), dt)
     elif dt.kind == "O":
-        out = np.full(n, None, dt)
+        out = np.full(shape, None, dt)
     else:
-        out = np.zeros(n, dt)
+        out = np.zeros(shape, dt)
     if got is not None:
         out[matched] = got
     return out
