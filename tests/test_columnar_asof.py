@@ -307,3 +307,19 @@ def test_string_keys_join_as_per_item(kind):
         (a["i"], b and b["j"]) for a, b in want.to_list()
     ]
     assert sum(hit) > 100
+
+
+@FAST
+@given(sides(), st.sampled_from(["k", None]), st.booleans())
+def test_the_watermark_of_a_columnar_join_never_decreases_nor_passes_a_row_to_come(data, by, keys):
+    lb, rb, _, jitter = data  # (max_delay = jitter: no row is late)
+    p = join(one_per_chunk(lb), one_per_chunk(rb), (by, None, jitter, 2 if keys and by else None))
+    outs, wms = [], []
+    with p.iter() as it:
+        for b in it:
+            outs.append([r["t"] for r in rows_of(b)])
+            wms.append(it.watermark())
+    known = [w for w in wms if w is not None]
+    assert known == sorted(known)
+    for j, w in enumerate(wms):
+        assert w is None or all(t >= w for ts in outs[j + 1 :] for t in ts)
