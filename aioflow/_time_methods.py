@@ -146,6 +146,14 @@ class TimeMethods(PipelineBase, Generic[T]):
         ``max_delay`` late is counted late (this stream's pairs with None, ``other``'s
         is dropped).
 
+        On record batches (``on``, and ``by`` if given, column names; both streams of
+        batches of one kind) the join is columnar: one batch per batch of this stream, its
+        rows in order with ``other``'s columns appended, but its ``by`` column; a name this
+        stream has already is suffixed ``_right`` (as Polars' ``join_asof``; so ``on``'s
+        column of the match is ``<on>_right``). No match: nulls (Arrow: ``<on>_right`` is
+        null exactly then); a dict of numpy arrays gets a bool column ``matched`` and NaN,
+        NaT, None or 0 where unmatched (``docs/columnar_operators.md``).
+
         Example:
             >>> import aioflow as af
             >>> trades = af.from_iterable([(2, "x"), (5, "x"), (6, "y")])
@@ -153,6 +161,12 @@ class TimeMethods(PipelineBase, Generic[T]):
             >>> pairs = trades.asof_join(quotes, on=lambda r: r[0], by=lambda r: r[1])
             >>> [(a[0], b and b[2]) for a, b in pairs]
             [(2, 10), (5, 11), (6, None)]
+            >>> import pyarrow as pa
+            >>> t = pa.record_batch({"t": [2, 5, 6], "sym": ["x", "x", "y"]})
+            >>> q = pa.record_batch({"t": [1, 4, 6, 7], "sym": [*"xxxy"], "px": [10, 11, 12, 5]})
+            >>> (out,) = af.from_iterable([t]).asof_join(af.from_iterable([q]), on="t", by="sym")
+            >>> out.to_pydict()
+            {'t': [2, 5, 6], 'sym': ['x', 'x', 'y'], 't_right': [1, 4, None], 'px': [10, 11, None]}
         """
         return self._add(
             _a.asof_join_node, other, on, by, tolerance, direction, max_delay, max_keys

@@ -14,6 +14,10 @@ is bounded by the keys alive (``max_keys``, least recently updated first out, co
 evicted) and the right items within ``tolerance``. A left item below the left watermark
 when it arrives is late: its match may be gone, so it comes out as ``(item, None)``; a
 late right item is dropped; both are counted late.
+
+On record batches with column names for ``on`` and ``by`` (the left stream's first item
+a batch) the machine is ``ColAsof`` (``ops/columnar_asof``; with ``max_keys``
+``ColAsofExact``), picked by ``_Auto`` at the first chunk and driven by the same driver.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from aioflow._core.base import PipelineBase
 from aioflow._core.chunks import skip_chunks
 from aioflow._state.held import HeldLog
 from aioflow.errors import PipelineError, annotate
+from aioflow.ops.columnar import kind_of
+from aioflow.ops.columnar_asof import ColAsof
+from aioflow.ops.columnar_asof_exact import ColAsofExact
+from aioflow.ops.columnar_base import Auto
 from aioflow.ops.event_time import Access, accessor, check_time, columns
 from aioflow.ops.event_time_core import back
 from aioflow.ops.kit import LOGGED, ChunkIter, Ctx, Node, Opener, aclosing, check_int
@@ -215,8 +223,40 @@ class AsofJoin:
             self._insert(k, (rc[0][i], i - n, x), None)
 
 
+class _Auto(Auto):
+    """``AsofJoin``, or ``ColAsof`` when the left stream's first item is a record batch
+    (``on``/``by`` column names): decided at the first chunk, which is the left's."""
+
+    blocked = property(lambda self: self.m.blocked)
+    taken = property(lambda self: self.m.taken)
+
+    def add_left(self, cols: Any, items: Sequence[Any], start: int, out: list[Any]) -> None:
+        self.m.add_left(cols, items, start, out)
+
+    def add_right(self, cols: Any, items: Sequence[Any], start: int, out: list[Any]) -> None:
+        if not self.col and items and kind_of(items[0]) is not None:
+            raise PipelineError(
+                f"asof_join: item {start} of the right stream is a record batch, but the"
+                " left stream's are not: join batches with batches (columnar) or rows with"
+                " rows (unbatch() the batches)"
+            )
+        self.m.add_right(cols, items, start, out)
+
+    def end_right(self, out: list[Any]) -> None:
+        self.m.end_right(out)
+
+    def finish(self, out: list[Any] | None = None) -> None:
+        self.m.finish()
+
+    def restore(self, scalars: dict[str, Any], left: Any, right: Any) -> None:
+        if scalars.get("columnar") and not self.col:
+            self._columnar()
+        self.decided = self.decided or self.col
+        self.m.restore(scalars, left, right)
+
+
 async def _drive(
-    left: ChunkIter, right: ChunkIter, ctx: Ctx, m: AsofJoin, access: Access, log: HeldLog
+    left: ChunkIter, right: ChunkIter, ctx: Ctx, m: Any, access: Access, log: HeldLog
 ) -> ChunkIter:
     """Read the left stream while nothing waits, the right one while a left item does."""
     taken = [0, 0]
@@ -294,18 +334,32 @@ def asof_join_node(
     if max_keys is not None:
         check_int("asof_join max_keys", max_keys, 1)
 
+    columnar = isinstance(on, str) and (by is None or isinstance(by, str))
+
+    def columnar_machine() -> ColAsof:
+        if max_keys is None:
+            return ColAsof(on, by, tolerance, max_delay)
+        return ColAsofExact(on, by, tolerance, max_delay, max_keys, AsofJoin)
+
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
-        m = AsofJoin(tolerance, max_delay, max_keys)
-        log = HeldLog(ctx, m.held, inputs=2)
+        m: Any = AsofJoin(tolerance, max_delay, max_keys)
+        acc = access
+        if columnar:
+            m = _Auto(m, access, columnar_machine)
+            acc = m.access
+        log = HeldLog(ctx, m.held, inputs=2, weigh=getattr(m, "weigh", None))
         if log.scalars is not None:
             li, ri = log.restored
-            lc, err = access([p[0] for p in li], ctx.name, 0)
-            rc, err2 = access(ri, ctx.name, 0)
-            if err or err2:
-                raise err or err2  # type: ignore[misc]
-            m.restore(log.scalars, (lc, li), (rc, ri))
+            if log.scalars.get("columnar"):
+                m.restore(log.scalars, li, ri)
+            else:
+                lc, err = access([p[0] for p in li], ctx.name, 0)
+                rc, err2 = access(ri, ctx.name, 0)
+                if err or err2:
+                    raise err or err2  # type: ignore[misc]
+                m.restore(log.scalars, (lc, li), (rc, ri))
         m.gone = log.gone
-        gen = _drive(inputs[0](), inputs[1](), ctx, m, access, log)
+        gen = _drive(inputs[0](), inputs[1](), ctx, m, acc, log)
         return skip_chunks(gen, log.drop) if log.drop else gen
 
     return Node(
