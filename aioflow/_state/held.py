@@ -68,6 +68,7 @@ class HeldLog:
         inputs: int = 1,
         event_time: bool = True,
         weigh: Callable[[Sequence[Any]], int] | None = None,
+        cut: Callable[[Any, int], Any] | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.held = held
@@ -75,6 +76,7 @@ class HeldLog:
         self.gone: list[list[Any]] = [[] for _ in range(inputs)]
         self.base = [0] * inputs  # entries cut from the front of each gone list
         self.weigh = weigh  # the rows of some entries (None: an entry is a row)
+        self.cut = cut  # an entry cut to what arrived before an input position (or None)
         self.weight = [0] * inputs  # of the entries weighed so far (absolute)
         self.weighed = [0] * inputs  # entries weighed so far (absolute)
         self.marks: deque[_Mark] = deque(maxlen=self.KEEP)
@@ -143,6 +145,9 @@ class HeldLog:
         items: list[list[Any]] = []
         for i, entries in enumerate(held):
             before = [e for e in entries if e[-2] < m.taken[i]]
+            if self.cut is not None:  # (an entry of rows of several chunks: ``e[-2]`` the first)
+                cut = self.cut
+                before = [c for c in (cut(e, m.taken[i]) for e in before) if c is not None]
             before.sort(key=lambda e: e[-2])
             items.append([e[-1] for e in before])
         st = {"held": items if self.inputs > 1 else items[0], "at": m.scalars}

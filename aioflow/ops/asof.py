@@ -347,7 +347,9 @@ def asof_join_node(
         if columnar:
             m = _Auto(m, access, columnar_machine)
             acc = m.access
-        log = HeldLog(ctx, m.held, inputs=2, weigh=getattr(m, "weigh", None))
+        log = HeldLog(
+            ctx, m.held, inputs=2, weigh=getattr(m, "weigh", None), cut=getattr(m, "cut", None)
+        )
         if log.scalars is not None:
             li, ri = log.restored
             if log.scalars.get("columnar"):

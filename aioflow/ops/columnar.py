@@ -13,7 +13,10 @@ resumable state). ``ops/columnar_base.py`` has ``Auto`` (the per-item or the col
 machine, picked at the first chunk) and what the columnar machines share.
 
 A held row is logged as a *piece* ``(PIECE, batch position, rows' indices in it, rows)``
-(``_state/held.py``): a resumed stage puts its pieces back in arrival order.
+(``_state/held.py``): a resumed stage puts its pieces back in arrival order. The rows that
+leave a stage are logged as they are, one piece for all (the batch position then an array,
+a row's each): nothing is copied or sorted per chunk; a state cuts a piece to the rows
+that had arrived at its mark (``cut_piece``).
 """
 
 from __future__ import annotations
@@ -63,7 +66,23 @@ def kind_of(x: Any) -> str | None:
 
 
 def is_piece(x: Any) -> bool:
-    return isinstance(x, tuple) and len(x) == 4 and x[0] == PIECE
+    return isinstance(x, tuple) and len(x) == 4 and isinstance(x[0], str) and x[0] == PIECE
+
+
+def cut_piece(entry: Any, taken: int) -> Any:
+    """The log entry ``(src, piece)`` with only the rows that arrived before input
+    position ``taken`` (None: none); an entry that is not a piece of several batches as is
+    (``HeldLog``'s ``cut``)."""
+    p = entry[-1]
+    if not is_piece(p) or np.ndim(p[1]) == 0:
+        return entry
+    keep = p[1] < taken
+    if keep.all():
+        return entry
+    sel = np.flatnonzero(keep)
+    if not len(sel):
+        return None
+    return (*entry[:-1], (PIECE, p[1][sel], p[2][sel], take(p[3], sel)))
 
 
 def nrows(b: Any) -> int:
@@ -411,10 +430,24 @@ class Rows:
     def pieces(
         self, pos: np.ndarray | None = None, before: int | None = None, data: Any = None
     ) -> list[Any]:
-        """Log entries ``(src, piece)`` of the rows at ``pos`` (all: None), one per input
-        batch, only those of batches before ``before``; ``data``: theirs, gathered."""
+        """Log entries ``(src, piece)`` of the rows at ``pos`` (all: None); ``data``: theirs,
+        gathered. Without ``before`` (what is held: a state being taken) one piece per input
+        batch, in arrival order. With ``before`` (rows that leave while the chunk at input
+        position ``before`` is taken) one piece of all, ``src`` the least batch position,
+        none if no row is of a batch before it: the log cuts it when a state is taken
+        (``cut_piece``), so nothing is sorted or copied here but what ``data`` lacks."""
         if pos is None:
             pos = np.arange(len(self))
+        if before is not None:
+            src = self.src[pos]
+            early = src < before
+            if not early.any():
+                return []
+            if data is None:  # (gathered: only the rows before, the others never count)
+                sel = np.flatnonzero(early)
+                pos, src = pos[sel], src[sel]
+                data = self.gather(pos)
+            return [(int(src.min()), (PIECE, src, self.idx[pos], data))]
         sel = np.arange(len(pos))
         if before is not None:
             sel = sel[self.src[pos] < before]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aioflow.errors import PipelineError
-from aioflow.ops.columnar import column, is_piece, kind_of, numeric, scalar, span
+from aioflow.ops.columnar import column, cut_piece, is_piece, kind_of, numeric, scalar, span
 
 __all__ = ["Auto", "ColumnarBase"]
 
@@ -68,6 +68,10 @@ class Auto:
     def held(self) -> Any:
         return self.m.held()
 
+    def cut(self, entry: Any, taken: int) -> Any:
+        """A log entry cut at a state's mark (``cut_piece``; per item: as it is)."""
+        return cut_piece(entry, taken) if self.col else entry
+
     def weigh(self, entries: Sequence[Any]) -> int:
         """The rows of entries of the log (``HeldLog``'s cap is in rows)."""
         return self.m.weigh(entries) if self.col else len(entries)
@@ -101,6 +105,8 @@ class ColumnarBase:
         self.late = self.evicted = 0
         self.rows = 0  # arrival numbers of rows
         self.gone: list[Any] = []
+
+    cut = staticmethod(cut_piece)  # (a log entry cut at a state's mark: ``HeldLog``)
 
     @staticmethod
     def weigh(entries: Sequence[Any]) -> int:

@@ -131,7 +131,13 @@ def run_machine(
             event_time = isinstance(machine.m, EventMachine)
     if event_time is None:
         event_time = isinstance(machine, EventMachine)
-    log = HeldLog(ctx, machine.held, event_time=event_time, weigh=getattr(machine, "weigh", None))
+    log = HeldLog(
+        ctx,
+        machine.held,
+        event_time=event_time,
+        weigh=getattr(machine, "weigh", None),
+        cut=getattr(machine, "cut", None),
+    )
     if log.scalars is not None:
         cols, err = access(log.restored[0], ctx.name, 0)
         if err is not None:
