@@ -123,8 +123,10 @@ class ColTimeSort(_Held):
             lates = np.flatnonzero(late)
             order = stable_order(np.concatenate([at, lates]))
             go = np.concatenate([go, h + lates])[order]
-        self.emit(allr, go, out)
-        self.gone.extend(allr.pieces(go[go < h], before=start))
+        if len(go):  # (what leaves is logged as it came out: a state cuts it, ``cut_piece``)
+            got = allr.gather(go)
+            out.append(got)
+            self.gone.extend(allr.pieces(go, before=start, data=got))
         self.buf = allr.take(cand[~rel])
 
     def finish(self, out: list[Any]) -> None:
