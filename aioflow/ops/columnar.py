@@ -447,7 +447,7 @@ class Rows:
                 sel = np.flatnonzero(early)
                 pos, src = pos[sel], src[sel]
                 data = self.gather(pos)
-            return [(int(src.min()), (PIECE, src, self.idx[pos], data))]
+            return [(int(np.min(src)), (PIECE, src, self.idx[pos], data))]
         sel = np.arange(len(pos))
         if before is not None:
             sel = sel[self.src[pos] < before]
