@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from aioflow.errors import PipelineError
-from aioflow.ops.columnar import column, cut_piece, is_piece, kind_of, numeric, scalar, span
+from aioflow.ops.columnar import Rows, column, cut_piece, is_piece, kind_of, numeric, scalar, span
 
 __all__ = ["Auto", "ColumnarBase"]
 
@@ -158,3 +158,12 @@ class ColumnarBase:
         if scalars.get("unit"):
             self.unit = np.dtype(scalars["unit"])
             self.to_units()
+
+    def restored(self, scalars: dict[str, Any], items: Sequence[Any]) -> Any:
+        """The state's scalars restored; the rows of its pieces (``Rows.restored``; None:
+        no rows), their kind taken as the stream's."""
+        self.restore_scalars(scalars)
+        data = Rows.restored(items)
+        if data is not None:
+            self.kind = "dict" if isinstance(data, dict) else "arrow"
+        return data
