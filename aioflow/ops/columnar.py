@@ -65,6 +65,23 @@ def kind_of(x: Any) -> str | None:
     return None
 
 
+def kind_checked(
+    b: Any, kind: str | None, pos: int, got: str, hint: str,
+    want: str = "a record batch or a dict of numpy arrays",
+) -> str:  # fmt: skip
+    """The kind of item ``b`` (input position ``pos``), a batch of ``kind`` when that is
+    not None, else a clear ``PipelineError``: "item {pos}: {got} {its type}, not {kind or
+    want}; {hint}".
+
+    >>> kind_checked({"a": np.arange(2)}, None, 0, "got", "")
+    'dict'
+    """
+    k = kind_of(b)
+    if k is None or (kind is not None and k != kind):
+        raise PipelineError(f"item {pos}: {got} {type(b).__name__}, not {kind or want}; {hint}")
+    return k
+
+
 def is_piece(x: Any) -> bool:
     return isinstance(x, tuple) and len(x) == 4 and isinstance(x[0], str) and x[0] == PIECE
 

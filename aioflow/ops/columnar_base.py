@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.errors import PipelineError
 from aioflow.ops.columnar import (
     Rows,
     column,
     cut_piece,
     is_piece,
+    kind_checked,
     kind_of,
     nrows,
     numeric,
@@ -128,14 +128,8 @@ class ColumnarBase:
         return sum(len(e[-1][2]) if is_piece(e[-1]) else 1 for e in entries)
 
     def batch(self, b: Any, pos: int) -> Any:
-        k = kind_of(b)
-        if k is None or (self.kind is not None and k != self.kind):
-            want = self.kind or "a record batch or a dict of numpy arrays"
-            raise PipelineError(
-                f"item {pos}: a columnar stage (a column-name key on batches) got"
-                f" {type(b).__name__}, not {want}; use a function key for items"
-            )
-        self.kind = k
+        got = "a columnar stage (a column-name key on batches) got"
+        self.kind = kind_checked(b, self.kind, pos, got, "use a function key for items")
         return b
 
     def times(self, b: Any, name: str) -> np.ndarray:
