@@ -31,17 +31,14 @@ import numpy as np
 
 from aioflow.errors import PipelineError
 from aioflow.ops.columnar import (
-    PIECE,
     Rows,
     column,
     concat,
     kind_of,
-    nrows,
     numeric,
     scalar,
     slice_of,
     span,
-    take,
 )
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.columnar_join import Joined
@@ -64,17 +61,6 @@ def _late(t: np.ndarray, top: Any, d: Any) -> tuple[np.ndarray, Any]:
 
 def _codes(k: np.ndarray) -> np.ndarray:
     return k if k.dtype.kind in "iufb" else np.unique(k, return_inverse=True)[1].reshape(-1)
-
-
-def _restored(pieces: Sequence[Any]) -> tuple[Any, np.ndarray]:
-    """``Rows.restored``, with each row's batch position (None: no rows)."""
-    parts = [p for p in pieces if p[0] == PIECE and nrows(p[3])]
-    if not parts:
-        return None, _E
-    src = np.concatenate([np.full(len(p[2]), p[1], np.int64) for p in parts])
-    idx = np.concatenate([np.asarray(p[2], np.int64) for p in parts])
-    order = np.lexsort((idx, src))
-    return take(concat([p[3] for p in parts]), order), src[order]
 
 
 class ColAsof(ColumnarBase):
@@ -298,7 +284,7 @@ class ColAsof(ColumnarBase):
         self.out.right0 = scalars["right0"]
         self.partial, self.pmin = tuple(scalars["partial"]), scalars["pmin"]
         self.kind = scalars["kind"]
-        (lrows, lsrc), (rrows, _) = _restored(left), _restored(right)
+        (lrows, lsrc), (rrows, _) = Rows.restored(left, True), Rows.restored(right, True)
         if lrows is not None:
             t, k = self.cols(lrows, 0, 0)
             late = np.zeros(len(t), bool)
