@@ -141,24 +141,23 @@ class ColAsof(ColumnarBase):
     def add_left(
         self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
     ) -> None:
-        for i, b in enumerate(items):
-            t, k = self.cols(b, 0, start + i)
-            n, s0 = len(t), self.seqs[0]
-            if not n:
-                continue
-            self.seqs[0] += n
-            self.left_rows(Rows.of(b, start + i, s0, t=t, k=k), out)
+        self.add_side(0, items, start, out)
 
     def add_right(
         self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
     ) -> None:
+        self.add_side(1, items, start, out)
+
+    def add_side(self, side: int, items: Sequence[Any], start: int, out: list[Any]) -> None:
+        """The batches ``items`` (from input position ``start``) of side ``side`` (1: right)."""
+        rows_in = self.right_rows if side else self.left_rows
         for i, b in enumerate(items):
-            t, k = self.cols(b, 1, start + i)
-            n, s0 = len(t), self.seqs[1]
+            t, k = self.cols(b, side, start + i)
+            n, s0 = len(t), self.seqs[side]
             if not n:
                 continue
-            self.seqs[1] += n
-            self.right_rows(Rows.of(b, start + i, s0, t=t, k=k), out)
+            self.seqs[side] += n
+            rows_in(Rows.of(b, start + i, s0, t=t, k=k), out)
 
     def end_right(self, out: list[Any]) -> None:
         self.rdone = True
