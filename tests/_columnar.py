@@ -3,6 +3,8 @@ arrays, cut at random sizes (0 included), and their output back as rows."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pyarrow as pa
 from _event_streams import streams
@@ -97,3 +99,17 @@ def run(p):
 
 def source(batches):
     return af.from_iterable(batches)
+
+
+def resumed_anywhere(make, hd):
+    """(whole, resumed, state): the outputs of a whole run of ``make()``, and of one
+    stopped after a drawn number of outputs (``hd``: hypothesis' ``data()``), its state
+    taken (pickled) there and resumed; the state."""
+    whole = make().to_list()
+    k = hd.draw(st.integers(0, len(whole)))
+    with make().iter() as it:
+        head = [next(it) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(it.state_dict()))
+    with make().iter(state=state) as it:
+        rest = list(it)
+    return whole, head + rest, state

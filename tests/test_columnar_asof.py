@@ -9,7 +9,7 @@ from datetime import timedelta
 import numpy as np
 import pyarrow as pa
 import pytest
-from _columnar import batch_of, rows_of, run
+from _columnar import batch_of, resumed_anywhere, rows_of, run
 from _event_streams import streams
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -135,20 +135,12 @@ def test_columnar_asof_join_resumes_anywhere_exactly(data, hd, rows):
         p = join(af.from_source(lb), af.from_source(rb), a)
         return p.unbatch() if rows else p  # (rows: states in the middle of a batch)
 
-    whole = make().to_list()
-    k = hd.draw(st.integers(0, len(whole)))
-    with make().iter() as it:
-        head = [next(it) for _ in range(k)]
-        state = pickle.loads(pickle.dumps(it.state_dict()))
+    whole, got, state = resumed_anywhere(make, hd)
     assert state["nodes"] is not None
-    with make().iter(state=state) as it:
-        rest = list(it)
     if rows:
-        assert _same(head + rest, whole)
+        assert _same(got, whole)
     else:
-        assert _same(
-            [r for b in head + rest for r in rows_of(b)], [r for b in whole for r in rows_of(b)]
-        )
+        assert _same([r for b in got for r in rows_of(b)], [r for b in whole for r in rows_of(b)])
 
 
 def _same(xs, ys):

@@ -3,12 +3,12 @@ shuffle shuffles the same rows; resumed anywhere; its held input batches bounded
 
 from __future__ import annotations
 
-import pickle
 from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from _columnar import resumed_anywhere
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,19 +107,13 @@ def test_a_state_anywhere_resumes_to_exactly_the_rest(compact, data, n, seed, by
         p = seekable(batches).shuffle(n, seed=seed, rows=True)
         return p.unbatch().map(plain) if by_row else p
 
-    whole = make().to_list()
-    k = hd.draw(st.integers(0, len(whole)))
-    with make().iter() as it:
-        head = [next(it) for _ in range(k)]
-        state = pickle.loads(pickle.dumps(it.state_dict()))
+    whole, got, state = resumed_anywhere(make, hd)
     assert state["nodes"] is not None  # the shuffle's own state, not a replay
-    with make().iter(state=state) as it:
-        rest = list(it)
     if by_row:
-        assert head + rest == whole
+        assert got == whole
     else:
-        assert flat(head + rest) == flat(whole)
-        assert [len(rows_of(b)) for b in head + rest] == [len(rows_of(b)) for b in whole]
+        assert flat(got) == flat(whole)
+        assert [len(rows_of(b)) for b in got] == [len(rows_of(b)) for b in whole]
 
 
 def test_the_batches_follow_the_input_batches_then_the_flush():

@@ -3,13 +3,12 @@ per-item twin on the same rows; resumed anywhere; temporal, float and string col
 
 from __future__ import annotations
 
-import pickle
 from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from _columnar import batch_of, batched, flat, recut, run, source, window_rows
+from _columnar import batch_of, batched, flat, recut, resumed_anywhere, run, source, window_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,14 +99,8 @@ def test_sliding_windows_of_batches_resume_anywhere_exactly(compact, data, param
     def make():
         return _sliding(source(batches), params)
 
-    whole = make().to_list()
-    k = hd.draw(st.integers(0, len(whole)))
-    with make().iter() as it:
-        head = [next(it) for _ in range(k)]
-        state = pickle.loads(pickle.dumps(it.state_dict()))
-    with make().iter(state=state) as it:
-        rest = list(it)
-    assert flat(head + rest) == flat(whole)
+    whole, got, _ = resumed_anywhere(make, hd)
+    assert flat(got) == flat(whole)
 
 
 def test_a_row_between_two_windows_is_in_none_and_does_not_move_the_watermark():

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-from _columnar import batch_of, batched, flat, recut, run, source, window_rows
+from _columnar import batch_of, batched, flat, recut, resumed_anywhere, run, source, window_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -211,14 +211,8 @@ def test_columnar_operators_resume_anywhere_exactly(compact, data, op, a, hd):
     def make():
         return OPS[op](src(batches), a)
 
-    whole = make().to_list()
-    k = hd.draw(st.integers(0, len(whole)))
-    with make().iter() as it:
-        head = [next(it) for _ in range(k)]
-        state = pickle.loads(pickle.dumps(it.state_dict()))
-    with make().iter(state=state) as it:
-        rest = list(it)
-    assert flat(head + rest) == flat(whole)
+    whole, got, _ = resumed_anywhere(make, hd)
+    assert flat(got) == flat(whole)
 
 
 def test_sorted_batches_resume_past_the_number_of_input_batches():

@@ -65,6 +65,23 @@ def kind_of(x: Any) -> str | None:
     return None
 
 
+def kind_checked(
+    b: Any, kind: str | None, pos: int, got: str, hint: str,
+    want: str = "a record batch or a dict of numpy arrays",
+) -> str:  # fmt: skip
+    """The kind of item ``b`` (input position ``pos``), a batch of ``kind`` when that is
+    not None, else a clear ``PipelineError``: "item {pos}: {got} {its type}, not {kind or
+    want}; {hint}".
+
+    >>> kind_checked({"a": np.arange(2)}, None, 0, "got", "")
+    'dict'
+    """
+    k = kind_of(b)
+    if k is None or (kind is not None and k != kind):
+        raise PipelineError(f"item {pos}: {got} {type(b).__name__}, not {kind or want}; {hint}")
+    return k
+
+
 def is_piece(x: Any) -> bool:
     return isinstance(x, tuple) and len(x) == 4 and isinstance(x[0], str) and x[0] == PIECE
 
@@ -467,12 +484,21 @@ class Rows:
         return out
 
     @classmethod
-    def restored(cls, pieces: Sequence[Any]) -> Any:
-        """The rows of logged pieces in arrival order (None: no rows)."""
+    def restored(cls, pieces: Sequence[Any], with_src: bool = False) -> Any:
+        """The rows of logged pieces in arrival order (None: no rows); ``with_src``: and
+        each row's batch position (a piece's: one, or one per row), ``(None, [])``: none.
+
+        >>> one, two = {"a": np.array([10])}, {"a": np.array([20, 21])}
+        >>> Rows.restored([(PIECE, 1, np.array([0]), one), (PIECE, 0, np.arange(2), two)])
+        {'a': array([20, 21, 10])}
+        >>> Rows.restored([(PIECE, np.array([3, 0]), np.array([0, 5]), two)], True)[1]
+        array([0, 3])
+        """
         parts = [p for p in pieces if nrows(p[3])]
         if not parts:
-            return None
+            return (None, EMPTY) if with_src else None
         src = np.concatenate([np.full(len(p[2]), p[1], np.int64) for p in parts])
         idx = np.concatenate([np.asarray(p[2], np.int64) for p in parts])
-        data = concat([p[3] for p in parts])
-        return take(data, np.lexsort((idx, src)))
+        order = np.lexsort((idx, src))
+        data = take(concat([p[3] for p in parts]), order)
+        return (data, src[order]) if with_src else data

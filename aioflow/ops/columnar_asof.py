@@ -31,17 +31,14 @@ import numpy as np
 
 from aioflow.errors import PipelineError
 from aioflow.ops.columnar import (
-    PIECE,
     Rows,
     column,
     concat,
     kind_of,
-    nrows,
     numeric,
     scalar,
     slice_of,
     span,
-    take,
 )
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.columnar_join import Joined
@@ -64,17 +61,6 @@ def _late(t: np.ndarray, top: Any, d: Any) -> tuple[np.ndarray, Any]:
 
 def _codes(k: np.ndarray) -> np.ndarray:
     return k if k.dtype.kind in "iufb" else np.unique(k, return_inverse=True)[1].reshape(-1)
-
-
-def _restored(pieces: Sequence[Any]) -> tuple[Any, np.ndarray]:
-    """``Rows.restored``, with each row's batch position (None: no rows)."""
-    parts = [p for p in pieces if p[0] == PIECE and nrows(p[3])]
-    if not parts:
-        return None, _E
-    src = np.concatenate([np.full(len(p[2]), p[1], np.int64) for p in parts])
-    idx = np.concatenate([np.asarray(p[2], np.int64) for p in parts])
-    order = np.lexsort((idx, src))
-    return take(concat([p[3] for p in parts]), order), src[order]
 
 
 class ColAsof(ColumnarBase):
@@ -155,24 +141,23 @@ class ColAsof(ColumnarBase):
     def add_left(
         self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
     ) -> None:
-        for i, b in enumerate(items):
-            t, k = self.cols(b, 0, start + i)
-            n, s0 = len(t), self.seqs[0]
-            if not n:
-                continue
-            self.seqs[0] += n
-            self.left_rows(Rows.of(b, start + i, s0, t=t, k=k), out)
+        self.add_side(0, items, start, out)
 
     def add_right(
         self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
     ) -> None:
+        self.add_side(1, items, start, out)
+
+    def add_side(self, side: int, items: Sequence[Any], start: int, out: list[Any]) -> None:
+        """The batches ``items`` (from input position ``start``) of side ``side`` (1: right)."""
+        rows_in = self.right_rows if side else self.left_rows
         for i, b in enumerate(items):
-            t, k = self.cols(b, 1, start + i)
-            n, s0 = len(t), self.seqs[1]
+            t, k = self.cols(b, side, start + i)
+            n, s0 = len(t), self.seqs[side]
             if not n:
                 continue
-            self.seqs[1] += n
-            self.right_rows(Rows.of(b, start + i, s0, t=t, k=k), out)
+            self.seqs[side] += n
+            rows_in(Rows.of(b, start + i, s0, t=t, k=k), out)
 
     def end_right(self, out: list[Any]) -> None:
         self.rdone = True
@@ -298,7 +283,7 @@ class ColAsof(ColumnarBase):
         self.out.right0 = scalars["right0"]
         self.partial, self.pmin = tuple(scalars["partial"]), scalars["pmin"]
         self.kind = scalars["kind"]
-        (lrows, lsrc), (rrows, _) = _restored(left), _restored(right)
+        (lrows, lsrc), (rrows, _) = Rows.restored(left, True), Rows.restored(right, True)
         if lrows is not None:
             t, k = self.cols(lrows, 0, 0)
             late = np.zeros(len(t), bool)

@@ -181,11 +181,9 @@ class ColGroups(ColumnarBase):
     def restore(
         self, scalars: dict[str, Any], cols: Sequence[Sequence[Any]], items: Sequence[Any]
     ) -> None:
-        self.restore_scalars(scalars)
-        data = Rows.restored(items)
+        data = self.restored(scalars, items)
         if data is None:
             return
-        self.kind = "dict" if isinstance(data, dict) else "arrow"
         k = np.asarray(column(data, self.key))
         n = len(k)
         allr = Rows.of(data, -1, -n, k=k, g=np.full(n, -1, np.int64))

@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, column, scalar, span, stable_order, windows_of
-from aioflow.ops.columnar_base import ColumnarBase
+from aioflow.ops.columnar import Rows, span, stable_order
+from aioflow.ops.columnar_base import WindowedBase
 from aioflow.ops.columnar_held import SessionRows
-from aioflow.ops.event_time_core import Late
 from aioflow.ops.event_time_sessions import Sessions, _Session
 
 __all__ = ["ColSessions"]
@@ -39,7 +38,7 @@ def _empty() -> dict[str, np.ndarray]:
     return {"key": e, "start": e, "last": e, "first": e, "alive": np.empty(0, bool)}
 
 
-class ColSessions(ColumnarBase):
+class ColSessions(WindowedBase):
     """``sessions(time, gap, by=...)`` on batches (see the module doc)."""
 
     COMPACT = 1024  # closed sessions kept beyond the open ones before they are dropped
@@ -55,8 +54,9 @@ class ColSessions(ColumnarBase):
         on_late: str,
         max_keys: int | None = None,
     ) -> None:
-        super().__init__(on_late, max_delay)
-        self.time, self.by, self.gap0 = time, by, gap
+        super().__init__(time, by, on_late, max_delay)
+        self.keyed = True  # (``by`` a column name)
+        self.gap0 = gap
         self.max_duration0, self.max_items, self.max_keys = max_duration, max_items, max_keys
         self.simple = max_duration is None and max_items is None and max_keys is None
         self.hr = SessionRows(("t", "k"), self.derive)  # the open sessions' rows
@@ -68,29 +68,13 @@ class ColSessions(ColumnarBase):
         return span(self.gap0, self.unit)
 
     # -- one batch ------------------------------------------------------------------------
-    def add(
-        self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
-    ) -> None:
-        for i, b in enumerate(items):
-            b = self.batch(b, start + i)
-            t = self.times(b, self.time)
-            k = np.asarray(self.key_col(b))
-            new = Rows.of(b, start + i, self.rows, t=t, k=k, sid=np.full(len(t), -1, np.int64))
-            if not len(t):
-                continue
-            ordered = (self.max is None or t[0] >= self.max) and bool((t[1:] >= t[:-1]).all())
-            if self.simple and ordered:
-                self.fast(new, start, out)
-            else:
-                self.exact(new, start + i, start, out)
-            self.rows += len(t)
-
-    def key_col(self, b: Any) -> np.ndarray:
-        return column(b, self.by)
+    def extra(self, n: int) -> dict[str, np.ndarray]:
+        return {"sid": np.full(n, -1, np.int64)}  # (each row's session)
 
     def derive(self, b: Any) -> dict[str, np.ndarray]:
         """The times and keys of batch ``b``'s rows (as ``add`` takes them)."""
-        return {"t": self.times(b, self.time), "k": np.asarray(self.key_col(b))}
+        t = self.times(b, self.time)
+        return {"t": t, "k": self.keys(b, len(t))}
 
     def fast(self, new: Rows, start: int, out: list[Any]) -> None:
         t, k, n, gap, d = new.cols["t"], new.cols["k"], len(new), self.gap, self.delay
@@ -159,42 +143,14 @@ class ColSessions(ColumnarBase):
         """The open sessions' rows (column ``sid``), a session after the other."""
         return self.hr.rows(np.flatnonzero(self.tab["alive"]))[0]
 
-    def windows(self, rows: Any, counts: np.ndarray, starts: Any, ends: Any) -> list[Any]:
-        """The sessions: ``af.Window``s of ``rows`` grouped ``counts`` at a time."""
-        starts, ends = np.asarray(starts), np.asarray(ends)
-        if self.unit is not None:
-            starts = starts.astype(np.int64).view(self.unit)
-            ends = ends.astype(np.int64).view(self.unit)
-        return windows_of(rows, counts, self.by, (starts, ends))
-
     # -- the exact path: the per-item machine on row indices -------------------------------
     def exact(self, new: Rows, s: int, start: int, out: list[Any]) -> None:
         held = self.open_rows()
         allr = held.cat(new)
         h = len(held)
         m = self.machine(allr)
-        got: list[Any] = []
-        err: Late | None = None
-        try:
-            m.add(
-                [new.cols["t"].tolist(), new.cols["k"].tolist()],
-                list(range(h, len(allr))),
-                int(new.seq[0]),
-                got,
-            )
-        except Late as e:
-            err = Late(scalar(e.t, self.unit), scalar(e.watermark, self.unit), s)
-        self.late += m.late
-        self.evicted += m.evicted
-        self.max = m.max
-        if got:
-            pos = np.asarray([p for w in got for p in w.items], np.int64)
-            counts = np.asarray([len(w.items) for w in got], np.int64)
-            starts = np.asarray([w.start for w in got])
-            ends = np.asarray([w.end for w in got])
-            rows = allr.gather(pos)
-            out.extend(self.windows(rows, counts, starts, ends))
-            self.gone.extend(allr.pieces(pos, before=start, data=rows))
+        got, err = self.run(m, new, h, s)
+        self.emit(got, allr, start, out, log=True)
         self.from_machine(m, allr)
         if err is not None:
             raise err
@@ -269,15 +225,10 @@ class ColSessions(ColumnarBase):
         self, scalars: dict[str, Any], cols: Sequence[Sequence[Any]], items: Sequence[Any]
     ) -> None:
         """Rebuild the open sessions by placing the held rows again (as ``Sessions``)."""
-        self.restore_scalars(scalars)
-        data = Rows.restored(items)
-        if data is None:
+        allr = self.restored_rows(scalars, items)
+        if allr is None:
             return
-        self.kind = "dict" if isinstance(data, dict) else "arrow"
-        t = self.times(data, self.time)
-        k = np.asarray(column(data, self.by))
-        n = len(t)
-        allr = Rows.of(data, -1, -n, t=t, k=k, sid=np.full(n, -1, np.int64))
+        t, k, n = allr.cols["t"], allr.cols["k"], len(allr)
         m = self.machine(Rows(cols={"sid": EMPTY_SID}))
         m.max = None  # (placed with no watermark: nothing is late, nothing closes)
         got: list[Any] = []

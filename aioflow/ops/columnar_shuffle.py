@@ -31,7 +31,7 @@ import numpy as np
 
 from aioflow._core.chunks import skip_chunks
 from aioflow.errors import PipelineError, StateMismatch
-from aioflow.ops.columnar import Rows, kind_of, nrows, stable_order, take
+from aioflow.ops.columnar import Rows, kind_checked, kind_of, nrows, stable_order, take
 from aioflow.ops.kit import CHUNK_MAX, ChunkIter, Ctx, Opener, aclosing
 
 __all__ = ["RowBuffer", "RowShuffleLog", "rows_check", "shuffle_rows"]
@@ -68,13 +68,11 @@ class RowBuffer:
         return sum(s is not None for s in self.segs)
 
     def check(self, b: Any, pos: int) -> int:
-        k = kind_of(b)
-        if k is None or (self.kind is not None and k != self.kind):
-            want = self.kind or "a record batch or a dict of equal-length numpy arrays"
-            raise PipelineError(
-                f"item {pos}: shuffle(rows=True) shuffles the rows of record batches and got"
-                f" a {type(b).__name__}, not {want}; use rows=False to shuffle items whole"
-            )
+        k = kind_checked(
+            b, self.kind, pos, "shuffle(rows=True) shuffles the rows of record batches and got a",
+            "use rows=False to shuffle items whole",
+            "a record batch or a dict of equal-length numpy arrays",
+        )  # fmt: skip
         sch = _schema(b)
         if self.schema is None:
             self.kind, self.schema = k, sch

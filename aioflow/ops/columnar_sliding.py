@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, scalar, span, stable_order
+from aioflow.ops.columnar import Rows, span, stable_order
 from aioflow.ops.columnar_window import WindowsBase
-from aioflow.ops.event_time_core import Late, TimeWindows
+from aioflow.ops.event_time_core import TimeWindows
 
 __all__ = ["ColSliding", "memberships"]
 
@@ -94,22 +94,6 @@ class ColSliding(WindowsBase):
         """Times as the per-item machine computes with them: int64 or float64."""
         a = super().times(b, name)
         return a.astype(np.int64 if a.dtype.kind in "iub" else np.float64, copy=False)
-
-    def add(
-        self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
-    ) -> None:
-        for i, b in enumerate(items):
-            b = self.batch(b, start + i)
-            t = self.times(b, self.time)
-            new = Rows.of(b, start + i, self.rows, t=t, k=self.keys(b, len(t)))
-            if not len(t):
-                continue
-            ordered = (self.max is None or t[0] >= self.max) and bool((t[1:] >= t[:-1]).all())
-            if ordered:
-                self.fast(new, start, out)
-            else:
-                self.exact(new, start + i, start, out)
-            self.rows += len(t)
 
     def groups(self, allr: Rows) -> tuple[np.ndarray, ...]:
         """The open windows of the rows ``allr``: the pairs' rows (grouped per window, in
@@ -187,23 +171,8 @@ class ColSliding(WindowsBase):
                 m.heap.append((s0 + size, f, kk, s0))
                 a = z
             heapq.heapify(m.heap)
-        cols = [new.cols["t"].tolist()]
-        if self.by:
-            cols.append(new.cols["k"].tolist())
-        got: list[Any] = []
-        err: Late | None = None
-        try:
-            m.add(cols, list(range(h, len(allr))), int(new.seq[0]), got)
-        except Late as e:
-            err = Late(scalar(e.t, self.unit), scalar(e.watermark, self.unit), s)
-        self.late += m.late
-        self.max = m.max
-        if got:
-            pos_ = np.asarray([p for w in got for p in w.items], np.int64)
-            counts = np.asarray([len(w.items) for w in got], np.int64)
-            starts = np.asarray([w.start for w in got])
-            ends = np.asarray([w.end for w in got])
-            out.extend(self.windows(allr.gather(pos_), counts, starts, ends))
+        got, err = self.run(m, new, h, s)
+        self.emit(got, allr, start, out, log=False)  # (``keep`` logs the rows that leave)
         kept = np.zeros(len(allr), bool)
         for w in m.wins.values():
             kept[w[1]] = True
@@ -223,10 +192,6 @@ class ColSliding(WindowsBase):
         self, scalars: dict[str, Any], cols: Sequence[Sequence[Any]], items: Sequence[Any]
     ) -> None:
         """Hold the rows of the state again: their open windows follow from their times."""
-        self.restore_scalars(scalars)
-        data = Rows.restored(items)
-        if data is None:
-            return
-        self.kind = "dict" if isinstance(data, dict) else "arrow"
-        t = self.times(data, self.time)
-        self.buf = Rows.of(data, -1, -len(t), t=t, k=self.keys(data, len(t)))
+        buf = self.restored_rows(scalars, items)
+        if buf is not None:
+            self.buf = buf

@@ -62,10 +62,8 @@ class _Held(ColumnarBase):
     def restore(
         self, scalars: dict[str, Any], cols: Sequence[Sequence[Any]], items: Sequence[Any]
     ) -> None:
-        self.restore_scalars(scalars)
-        data = Rows.restored(items)
+        data = self.restored(scalars, items)
         if data is not None:
-            self.kind = "dict" if isinstance(data, dict) else "arrow"
             n = len(self.times(data, self.key))
             self.buf = Rows.of(data, -1, -n, k=self.times(data, self.key))
 

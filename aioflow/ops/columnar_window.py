@@ -22,22 +22,22 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, column, scalar, span, stable_order, windows_of
-from aioflow.ops.columnar_base import ColumnarBase
-from aioflow.ops.event_time_core import Late, TimeWindows
+from aioflow.ops.columnar import Rows, scalar, span, stable_order
+from aioflow.ops.columnar_base import WindowedBase
+from aioflow.ops.event_time_core import TimeWindows
 
 __all__ = ["ColWindows", "WindowsBase"]
 
 
-class WindowsBase(ColumnarBase):
+class WindowsBase(WindowedBase):
     """What the columnar windows share: the spans in the column's units, the output
-    watermark, the held rows (``buf``, in arrival order) and making the windows."""
+    watermark and the held rows (``buf``, in arrival order)."""
 
     def __init__(
         self, time: str, by: str | None, size: Any, lateness: Any, max_delay: Any, on_late: str
     ) -> None:
-        super().__init__(on_late, max_delay)
-        self.time, self.by, self.size0, self.lateness0 = time, by, size, lateness
+        super().__init__(time, by, on_late, max_delay)
+        self.size0, self.lateness0 = size, lateness
         self.buf = Rows(cols={"t": np.empty(0), "k": np.empty(0)})
 
     size = property(lambda self: span(self.size0, self.unit))
@@ -48,17 +48,6 @@ class WindowsBase(ColumnarBase):
         if self.max is None or self.done:
             return scalar(self.max, self.unit)
         return scalar(self.max - self.delay - self.ll, self.unit)
-
-    def keys(self, b: Any, n: int) -> np.ndarray:
-        """The ``by`` column of batch ``b`` (``n`` zeros without ``by``)."""
-        return np.asarray(column(b, self.by)) if self.by else np.zeros(n, np.int8)
-
-    def windows(self, rows: Any, counts: np.ndarray, starts: Any, ends: Any) -> list[Any]:
-        starts, ends = np.asarray(starts), np.asarray(ends)
-        if self.unit is not None:
-            starts = starts.astype(np.int64).view(self.unit)
-            ends = ends.astype(np.int64).view(self.unit)
-        return windows_of(rows, counts, self.by, (starts, ends))
 
     def held(self) -> list[list[Any]]:
         return [self.buf.pieces()]
@@ -76,22 +65,8 @@ class ColWindows(WindowsBase):
         self.wstart = np.empty(0)
         self.wfirst = np.empty(0, np.int64)
 
-    def add(
-        self, cols: Sequence[Sequence[Any]], items: Sequence[Any], start: int, out: list[Any]
-    ) -> None:
-        for i, b in enumerate(items):
-            b = self.batch(b, start + i)
-            t = self.times(b, self.time)
-            k = self.keys(b, len(t))
-            new = Rows.of(b, start + i, self.rows, t=t, k=k, g=np.full(len(t), -1, np.int64))
-            if not len(t):
-                continue
-            ordered = (self.max is None or t[0] >= self.max) and bool((t[1:] >= t[:-1]).all())
-            if ordered:
-                self.fast(new, start, out)
-            else:
-                self.exact(new, start + i, start, out)
-            self.rows += len(t)
+    def extra(self, n: int) -> dict[str, np.ndarray]:
+        return {"g": np.full(n, -1, np.int64)}  # (each row's open window)
 
     def fast(self, new: Rows, start: int, out: list[Any]) -> None:
         t, k, n, size = new.cols["t"], new.cols["k"], len(new), self.size
@@ -164,24 +139,8 @@ class ColWindows(WindowsBase):
             m.wins[(kk, s0)] = [f, pos.tolist(), allr.seq[pos].tolist(), []]
             m.heap.append((s0 + size, f, kk, s0))
         heapq.heapify(m.heap)
-        cols = [new.cols["t"].tolist()]
-        if self.by:
-            cols.append(new.cols["k"].tolist())
-        got: list[Any] = []
-        err: Late | None = None
-        try:
-            m.add(cols, list(range(h, len(allr))), int(new.seq[0]), got)
-        except Late as e:
-            err = Late(scalar(e.t, self.unit), scalar(e.watermark, self.unit), s)
-        self.late += m.late
-        self.max = m.max
-        if got:
-            pos = np.asarray([p for w in got for p in w.items], np.int64)
-            counts = np.asarray([len(w.items) for w in got], np.int64)
-            rows = allr.gather(pos)
-            starts = np.asarray([w.start for w in got])
-            out.extend(self.windows(rows, counts, starts, starts + size))
-            self.gone.extend(allr.pieces(pos, before=start, data=rows))
+        got, err = self.run(m, new, h, s)
+        self.emit(got, allr, start, out, log=True)
         self.from_machine(m, allr)
         if err is not None:
             raise err
@@ -209,15 +168,10 @@ class ColWindows(WindowsBase):
         self, scalars: dict[str, Any], cols: Sequence[Sequence[Any]], items: Sequence[Any]
     ) -> None:
         """Rebuild the open windows by putting the held rows back (as ``TimeWindows``)."""
-        self.restore_scalars(scalars)
-        data = Rows.restored(items)
-        if data is None:
+        allr = self.restored_rows(scalars, items)
+        if allr is None:
             return
-        self.kind = "dict" if isinstance(data, dict) else "arrow"
-        t = self.times(data, self.time)
-        k = self.keys(data, len(t))
-        n = len(t)
-        allr = Rows.of(data, -1, -n, t=t, k=k, g=np.full(n, -1, np.int64))
+        t, k, n = allr.cols["t"], allr.cols["k"], len(allr)
         m = TimeWindows(self.size, self.size, self.ll, self.delay, self.on_late)
         m.max = self.max
         c = [t.tolist()] + ([k.tolist()] if self.by else [])
