@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 from _event_streams import streams
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import aioflow as af
@@ -113,3 +114,27 @@ def resumed_anywhere(make, hd):
     with make().iter(state=state) as it:
         rest = list(it)
     return whole, head + rest, state
+
+
+def windows_twin(op, data, ordered):
+    """The windows ``op`` (a function of a pipeline) makes of ``data``'s batches, checked
+    against what it makes of the same rows one by one (the windows as rows, the late
+    counts); ``ordered``: the rows sorted by ``t`` first (what ``sort_by(max_delay=)``
+    gives: the vectorized path), cut as the batches were."""
+    rows, batches, _, kind = data
+    if ordered:
+        rows = sorted(rows, key=lambda r: r["t"])
+        batches = recut(rows, batches, kind)
+    want, late = run(op(af.from_iterable(rows)))
+    got, got_late = run(op(source(batches)))
+    assert flat(got) == window_rows(want)
+    assert got_late == late
+    return got
+
+
+#: the settings of the columnar twin tests: modest examples, no deadline
+FAST = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)

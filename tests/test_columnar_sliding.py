@@ -8,17 +8,22 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pytest
-from _columnar import batch_of, batched, flat, recut, resumed_anywhere, run, source, window_rows
+from _columnar import (
+    FAST,
+    batch_of,
+    batched,
+    flat,
+    recut,
+    resumed_anywhere,
+    run,
+    source,
+    window_rows,
+    windows_twin,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-
-FAST = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
 
 #: size, slide (below, equal to and above size: gaps), by, max_delay, lateness, on_late
 PARAMS = st.tuples(
@@ -64,14 +69,7 @@ def _until_error(p):
 @FAST
 @given(batched(), PARAMS, st.booleans())
 def test_sliding_windows_of_batches_equal_the_per_item_windows(compact, data, params, ordered):
-    rows, batches, _, kind = data
-    if ordered:  # what sort_by(max_delay=) gives: the vectorized path
-        rows = sorted(rows, key=lambda r: r["t"])
-        batches = recut(rows, batches, kind)
-    want, late = run(_sliding(af.from_iterable(rows), params))
-    got, got_late = run(_sliding(source(batches), params))
-    assert flat(got) == window_rows(want)
-    assert got_late == late
+    got = windows_twin(lambda p: _sliding(p, params), data, ordered)
     assert all(isinstance(w.items, pa.RecordBatch | dict) for w in got)
 
 

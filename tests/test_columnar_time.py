@@ -9,17 +9,21 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-from _columnar import batch_of, batched, flat, recut, resumed_anywhere, run, source, window_rows
+from _columnar import (
+    FAST,
+    batch_of,
+    batched,
+    flat,
+    resumed_anywhere,
+    run,
+    source,
+    window_rows,
+    windows_twin,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aioflow as af
-
-FAST = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
 
 SORTS = {
     "max_delay": lambda p, a: p.sort_by("t", max_delay=a % 6, on_late=("drop", "emit")[a % 2]),
@@ -56,14 +60,7 @@ def test_columnar_sort_by_equals_the_per_item_sort(compact, data, mode, a):
 @FAST
 @given(batched(), st.integers(0, 30), st.booleans())
 def test_columnar_sessions_equal_the_per_item_sessions(compact, data, a, ordered):
-    rows, batches, _, kind = data
-    if ordered:  # what sort_by(max_delay=) gives: the vectorized path
-        rows = sorted(rows, key=lambda r: r["t"])
-        batches = recut(rows, batches, kind)
-    want, late = run(_sessions(af.from_iterable(rows), a))
-    got, got_late = run(_sessions(source(batches), a))
-    assert flat(got) == window_rows(want)
-    assert got_late == late
+    windows_twin(lambda p: _sessions(p, a), data, ordered)
 
 
 def _windows(p, a):
@@ -76,14 +73,7 @@ def _windows(p, a):
 @FAST
 @given(batched(), st.integers(0, 30), st.booleans())
 def test_columnar_windows_equal_the_per_item_windows(compact, data, a, ordered):
-    rows, batches, _, kind = data
-    if ordered:
-        rows = sorted(rows, key=lambda r: r["t"])
-        batches = recut(rows, batches, kind)
-    want, late = run(_windows(af.from_iterable(rows), a))
-    got, got_late = run(_windows(source(batches), a))
-    assert flat(got) == window_rows(want)
-    assert got_late == late
+    windows_twin(lambda p: _windows(p, a), data, ordered)
 
 
 def test_sliding_windows_of_batches_are_windows_of_batches():
