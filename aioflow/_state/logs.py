@@ -238,6 +238,7 @@ class ShuffleLog:
         self.taken = 0  # items in, items out, since this opening
         self.out = 0
         self.done = False  # the buffer was flushed at the end
+        self.flush: tuple[int, Any] | None = None  # the flush began: (items out, rng before)
         st = ctx.resume
         if st is not None:
             try:
@@ -257,6 +258,10 @@ class ShuffleLog:
             out, taken, rng = self.out, self.taken, self.rng.bit_generator.state
             if self.done and target >= out:  # past the end: the buffer was emptied
                 return {"buf": [], "rng": rng, "drop": 0}, taken
+            flush = self.flush
+        if flush is not None and target >= flush[0]:
+            # in the flush (its permutation drawn, maybe none of it out yet): from its start
+            return {"buf": buf, "rng": flush[1], "drop": target - flush[0]}, taken
         for out_before, taken_before, rng_before, slots, items in reversed(entries):
             if out <= target:
                 break

@@ -105,6 +105,7 @@ def _shuffle(
             with lock:
                 before, start = rng.bit_generator.state, log.out
                 order = rng.permutation(len(buf)).tolist()
+                log.flush = (start, before)  # (a state from now on: the flush's start)
             for i in range(0, len(order), CHUNK_MAX):
                 out = [buf[j] for j in order[i : i + CHUNK_MAX]]
                 with lock:  # the whole flush resumes from its start
