@@ -227,8 +227,8 @@ def compact(request, monkeypatch):
 
         monkeypatch.setattr(event_time, "THREAD_ROWS", 0)
     elif request.param != "as shipped":
-        from aioflow.ops.columnar import Rows
         from aioflow.ops.columnar_held import SessionRows
+        from aioflow.ops.columnar_rows import Rows
         from aioflow.ops.columnar_sessions import ColSessions
 
         monkeypatch.setattr(ColSessions, "COMPACT", 0)

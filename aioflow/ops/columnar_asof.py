@@ -31,7 +31,6 @@ import numpy as np
 
 from aioflow.errors import PipelineError
 from aioflow.ops.columnar import (
-    Rows,
     column,
     concat,
     kind_of,
@@ -42,6 +41,7 @@ from aioflow.ops.columnar import (
 )
 from aioflow.ops.columnar_base import ColumnarBase
 from aioflow.ops.columnar_join import Joined
+from aioflow.ops.columnar_rows import Rows
 
 __all__ = ["ColAsof"]
 

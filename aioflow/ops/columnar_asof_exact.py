@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows
 from aioflow.ops.columnar_asof import ColAsof
+from aioflow.ops.columnar_rows import Rows
 
 if TYPE_CHECKING:
     from aioflow.ops.asof import AsofJoin

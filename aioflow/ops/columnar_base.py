@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from aioflow.ops.columnar import (
-    Rows,
     column,
     cut_piece,
     is_piece,
@@ -25,6 +24,7 @@ from aioflow.ops.columnar import (
     span,
     windows_of,
 )
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.event_time_core import Late
 
 __all__ = ["Auto", "ColumnarBase", "WindowedBase"]

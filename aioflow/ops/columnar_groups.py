@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, column, stable_order, windows_of
+from aioflow.ops.columnar import column, stable_order, windows_of
 from aioflow.ops.columnar_base import ColumnarBase
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.ordering_stream import Groups
 
 __all__ = ["ColGroups"]

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, slice_of, split_arrival, stable_order, with_arrival
+from aioflow.ops.columnar import slice_of, split_arrival, stable_order, with_arrival
+from aioflow.ops.columnar_rows import Rows
 
 __all__ = ["SessionRows"]
 

@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, span, stable_order
+from aioflow.ops.columnar import span, stable_order
 from aioflow.ops.columnar_base import WindowedBase
 from aioflow.ops.columnar_held import SessionRows
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.event_time_sessions import Sessions, _Session
 
 __all__ = ["ColSessions"]

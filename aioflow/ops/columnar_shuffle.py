@@ -31,7 +31,8 @@ import numpy as np
 
 from aioflow._core.chunks import skip_chunks
 from aioflow.errors import PipelineError, StateMismatch
-from aioflow.ops.columnar import Rows, kind_checked, kind_of, nrows, stable_order, take
+from aioflow.ops.columnar import kind_checked, kind_of, nrows, stable_order, take
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.kit import CHUNK_MAX, ChunkIter, Ctx, Opener, aclosing
 
 __all__ = ["RowBuffer", "RowShuffleLog", "rows_check", "shuffle_rows"]

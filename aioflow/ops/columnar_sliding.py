@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, span, stable_order
+from aioflow.ops.columnar import span, stable_order
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.columnar_window import WindowsBase
 from aioflow.ops.event_time_core import TimeWindows
 

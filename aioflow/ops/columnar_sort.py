@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, scalar, stable_order, take
+from aioflow.ops.columnar import scalar, stable_order, take
 from aioflow.ops.columnar_base import ColumnarBase
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.event_time_core import Late
 from aioflow.ops.ordering_stream import Desc
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from aioflow.ops.columnar import Rows, scalar, span, stable_order
+from aioflow.ops.columnar import scalar, span, stable_order
 from aioflow.ops.columnar_base import WindowedBase
+from aioflow.ops.columnar_rows import Rows
 from aioflow.ops.event_time_core import TimeWindows
 
 __all__ = ["ColWindows", "WindowsBase"]
