@@ -108,8 +108,7 @@ def _shuffle(
                 log.flush = (start, before)  # (a state from now on: the flush's start)
             for i in range(0, len(order), CHUNK_MAX):
                 out = [buf[j] for j in order[i : i + CHUNK_MAX]]
-                with lock:  # the whole flush resumes from its start
-                    log.entries.append((start, log.taken, before, [], []))
+                with lock:  # (no entry: the whole flush resumes from its start, log.flush)
                     log.out += len(out)
                     log.done = i + CHUNK_MAX >= len(order)
                 yield out
