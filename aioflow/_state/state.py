@@ -344,10 +344,28 @@ def one_to_one(prev: Any, k: int) -> tuple[Any, int]:
 def per_batch(size: int) -> Callable[[Any, int], tuple[Any, int]]:
     """``batch(size)``: ``k`` batches out took ``k * size`` items and hold none.
 
-    Also ``window(size, shift)`` with ``shift``: window ``k`` starts at input ``k * shift``,
-    and a window stage opened there makes the same windows from it on.
+    Also ``window(size, shift)`` with ``shift <= size``: window ``k`` starts at input
+    ``k * shift``, which the stage has taken, and a window stage opened there makes the
+    same windows from it on.
     """
     return lambda prev, k: (None, k * size)
+
+
+def windowing(size: int, shift: int) -> Callable[[Any, int], tuple[Any, int]]:
+    """``window(size, shift)`` with ``shift > size``: ``k`` windows out took the items up
+    to the end of the last one, ``(k - 1) * shift + size``, and maybe none of the gap of
+    ``shift - size`` items before the next: input ``k * shift`` may not have been made
+    yet, so the state says how many items a stage opened there leaves out first
+    (``{"gap": g}``; none before the first window of the epoch).
+    """
+
+    def resume(prev: Any, k: int) -> tuple[Any, int]:
+        if k == 0:
+            return prev, 0
+        gap = 0 if prev is None else int(prev["gap"])
+        return {"gap": shift - size}, gap + (k - 1) * shift + size
+
+    return resume
 
 
 def taking(n: int) -> Callable[[Any, int], tuple[Any, int]]:

@@ -41,6 +41,8 @@ from aioflow.ops.kit import (
     each_into,
     is_int,
     per_batch,
+    resumed,
+    windowing,
 )
 
 if TYPE_CHECKING:
@@ -247,9 +249,10 @@ def window_node(up: Pipeline[Any], size: int, shift: int | None, drop_remainder:
     step = size if shift is None else shift
     check_int("window shift", step, 1, want="a positive int")
 
-    async def window(src: ChunkIter) -> ChunkIter:
+    async def window(src: ChunkIter, start: int) -> ChunkIter:
         buf: deque[Any] = deque()
-        start = 0  # index of the first item of the next window
+        # start: index of the first item of the next window (a resumed run's first one
+        # after the gap it had not read: ``windowing``)
         seen = 0
         async with aclosing(src):
             async for chunk in src:
@@ -279,13 +282,13 @@ def window_node(up: Pipeline[Any], size: int, shift: int | None, drop_remainder:
 
     return Node(
         f"window({size})",
-        lambda ctx, inputs: window(inputs[0]()),
+        lambda ctx, inputs: window(inputs[0](), resumed(ctx.resume, "gap", 0)),
         inputs=(up,),
         card=_card_window(size, step, drop_remainder),
         holds=size,
         mult=size,
         key=(size, shift, drop_remainder),
-        resume=per_batch(step),
+        resume=per_batch(step) if step <= size else windowing(size, step),
     )
 
 

@@ -10,7 +10,7 @@ one place. An operator imports them from here, not from ``_core`` and ``_state/s
   ``check_executor``, ``is_int``, ``fn_name``;
 - resuming (``_state/``): ``Resume``, the run's one resume object (``ctx.run.resume``;
   a node asks it through ``ctx.resume``, the state it starts from, and ``ctx.seeker``);
-  the rules ``one_to_one``, ``counting``, ``per_batch``, ``skipping``, ``taking``,
+  the rules ``one_to_one``, ``counting``, ``per_batch``, ``windowing``, ``skipping``, ``taking``,
   ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``Logged``,
   ``UNORDERED``, ``shuffle_check`` and the logs (``ChunkLog``, ``ElementLog``,
   ``CycleLog``, ``ShuffleLog``, ...).
@@ -70,6 +70,7 @@ from aioflow._state.state import (
     resumed,
     skipping,
     taking,
+    windowing,
 )
 
 __all__ = [
@@ -80,4 +81,5 @@ __all__ = [
     "check_executor", "check_int", "chunkwise", "counted_source", "counting", "each",
     "each_into", "fn_name", "frozen", "graph_nodes", "is_int", "items_of", "one_to_one",
     "per_batch", "read_one", "resumed", "shuffle_check", "skipping", "taking", "thaw",
+    "windowing",
 ]  # fmt: skip
