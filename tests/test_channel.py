@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
+import numpy as np
 import pytest
 
-from aioflow._core.channel import Channel
+import aioflow as af
+from aioflow._core.channel import LIGHT_BYTES, LIGHT_CHUNKS, Channel, ThreadChannel, item_bytes
 from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX
 
 
@@ -65,3 +68,51 @@ async def test_a_closed_channel_gives_what_it_holds_then_its_error_or_none():
     done = Channel()
     done.close()
     assert await done.get() is None
+
+
+# -- the sync consumer's channel ------------------------------------------------------
+async def _fill(ch, chunk, most=200):
+    """Put ``chunk`` until a put would wait; how many went in."""
+    n = 0
+    while n < most and not ch.full_for(chunk):
+        await ch.put(chunk)
+        n += 1
+    return n
+
+
+async def test_a_thread_channel_holds_many_light_chunks_but_few_heavy_ones():
+    # issue 27 (7): a thread hand-off costs tens of microseconds, so with small chunks
+    # (a batch of 256 ints) four of them a hand-off made the for loop slow
+    loop = asyncio.get_running_loop()
+    assert await _fill(ThreadChannel(loop), [np.arange(256)]) == LIGHT_CHUNKS
+    assert await _fill(ThreadChannel(loop), list(range(256))) == LIGHT_CHUNKS
+    big = np.zeros(LIGHT_BYTES // 8, np.uint8)  # 8 of them weigh LIGHT_BYTES
+    assert await _fill(ThreadChannel(loop), [big]) == 9
+    assert await _fill(ThreadChannel(loop), [np.zeros(LIGHT_BYTES, np.uint8)]) == 4
+    assert await _fill(ThreadChannel(loop), [object()]) == 4  # unknown: heavy
+    assert await _fill(ThreadChannel(loop, max_chunks=2), [object()]) == 2
+    assert item_bytes({"x": np.zeros(100, np.float32), "y": 3}) == 64 + 400 + 32
+    assert item_bytes(("ab", b"cde")) == 64 + 66 + 67
+    # the consumer takes them all at once, and the channel is empty again
+    ch = ThreadChannel(loop)
+    n = await _fill(ch, [1])
+    assert len(ch.take(0)) == n and await _fill(ch, [1]) == n
+
+
+def test_a_slow_sync_consumer_leaves_the_run_a_bounded_lead():
+    # the light chunks a ThreadChannel may hold beyond its 4 are few and small
+    made = []
+
+    def mark(x):
+        made.append(x)
+        return x
+
+    p = af.range(100_000).map(mark).batch(256)
+    with p.iter() as it:
+        next(it)
+        time.sleep(0.5)
+        lead = len(made)
+    # up to 64 chunks of one batch taken at once by the consumer, 64 more in its
+    # channel, 2 chunks in the source's and the batch being made
+    assert lead <= (2 * 64 + 4) * 256
+    assert lead >= 16 * 256  # more than 4 chunks: the channel took light chunks

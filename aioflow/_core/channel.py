@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import types
 from collections import deque
 from time import monotonic, perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
 from aioflow.errors import NextTimeout
@@ -167,37 +168,82 @@ class Channel:
         return chunk
 
 
+#: What a ``ThreadChannel`` may hold past its ``max_chunks`` while its chunks weigh little:
+#: up to ``LIGHT_CHUNKS`` chunks of at most ``LIGHT_BYTES`` in all (``weigh``).
+LIGHT_CHUNKS = 64
+LIGHT_BYTES = 4 << 20
+
+
+def item_bytes(x: Any, depth: int = 0) -> int:
+    """About how many bytes ``x`` holds: numbers, strings, arrays (``nbytes``: numpy,
+    Arrow, torch) and dicts, lists and tuples of them; ``LIGHT_BYTES`` for anything else
+    (it counts as heavy).
+
+    Example:
+        >>> item_bytes(3), item_bytes("abc"), item_bytes({"x": 1.0, "y": [1, 2]})
+        (32, 67, 224)
+    """
+    t = type(x)
+    if t is int or t is float or t is bool or x is None:
+        return 32
+    if t is str or t is bytes:
+        return 64 + len(x)
+    if isinstance(getattr(t, "nbytes", None), property | types.GetSetDescriptorType):
+        n = x.nbytes
+        return n if isinstance(n, int) else LIGHT_BYTES
+    if (t is dict or t is list or t is tuple) and depth < 2 and len(x) <= 64:
+        vals = x.values() if t is dict else x
+        return 64 + sum(item_bytes(v, depth + 1) for v in vals)
+    return LIGHT_BYTES
+
+
+def weigh(chunk: Chunk) -> int:
+    """About how many bytes a chunk holds, from its first item (chunks are alike)."""
+    return len(chunk) * item_bytes(chunk[0])
+
+
 class ThreadChannel(Channel):
     """A ``Channel`` whose consumer is another thread: chunks from the run's loop to it.
 
-    The producer side is ``Channel``'s (``put``/``close``/``full_for``, on the loop),
-    bounded by chunks only; the consumer takes every chunk available at once with
-    ``take``, so one thread hand-off moves many chunks.
+    The producer side is ``Channel``'s (``put``/``close``, on the loop), bounded by chunks:
+    ``max_chunks``, or up to ``LIGHT_CHUNKS`` while they weigh at most ``LIGHT_BYTES`` in
+    all (small batches: a thread hand-off costs tens of microseconds, so it must move
+    many of them); the consumer takes every chunk available at once with ``take``, so
+    one thread hand-off moves many chunks.
     """
 
-    __slots__ = ("_cond", "_loop", "_space", "_waiting")
+    __slots__ = ("_bytes", "_cond", "_light", "_loop", "_space", "_waiting")
 
     threaded = True
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4, light: bool = True
+    ) -> None:
         super().__init__(max_chunks)
         self._loop = loop
         self._cond = threading.Condition(threading.Lock())
         self._space = asyncio.Event()
         self._waiting = False
+        self._bytes = 0  # what the chunks held weigh
+        # how many light chunks it may hold (light=False: a lead the user bounded)
+        self._light = LIGHT_CHUNKS if light else self.max_chunks
 
     def full_for(self, chunk: Chunk) -> bool:
-        return len(self._q) >= self.max_chunks
+        n = len(self._q)
+        return n >= self.max_chunks and (n >= self._light or self._bytes > LIGHT_BYTES)
 
     def discard(self) -> None:
         with self._cond:
             self._q.clear()
+            self._bytes = 0
 
     async def put(self, chunk: Chunk) -> None:
+        w = weigh(chunk)
         while True:
             with self._cond:
-                if len(self._q) < self.max_chunks:
+                if not self.full_for(chunk):
                     self._q.append(chunk)
+                    self._bytes += w
                     self._cond.notify()
                     return
                 self._waiting = True
@@ -222,6 +268,7 @@ class ThreadChannel(Channel):
                     return None
             chunks = list(self._q)
             self._q.clear()
+            self._bytes = 0
             wake, self._waiting = self._waiting, False
         if wake:
             try:

@@ -15,12 +15,12 @@ import threading
 from collections.abc import Callable
 
 from aioflow._core.channel import ThreadChannel
-from aioflow._core.graph import Described
+from aioflow._core.graph import Described, graph_nodes
 from aioflow._core.run import Run
 from aioflow._core.tasks import new_task
 from aioflow._core.threads import DaemonPool
 
-__all__ = ["Engine", "new_event_loop"]
+__all__ = ["Engine", "new_event_loop", "user_bounded"]
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -33,6 +33,19 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         else:
             return uvloop.new_event_loop()
     return asyncio.new_event_loop()
+
+
+def user_bounded(pipeline: Described) -> bool:
+    """Whether the user bounded what the run makes ahead of its consumer: ``prefetch(n)``
+    last (its buffer is the hand-off's), or ``distribute(max_outstanding=)``; then the
+    hand-off to the consumer's thread keeps to its few chunks (``ThreadChannel(light=)``).
+
+    Example:
+        >>> import aioflow as af
+        >>> user_bounded(af.range(3).prefetch(2)), user_bounded(af.range(3).batch(2))
+        (True, False)
+    """
+    return pipeline._node.hints.buffer or any(n.hints.lead for n in graph_nodes(pipeline))
 
 
 class Engine:
@@ -108,7 +121,7 @@ class Engine:
     async def _amain(self) -> None:
         loop = asyncio.get_running_loop()
         run = self.run = self.make_run()
-        self.chan = chan = ThreadChannel(loop)
+        self.chan = chan = ThreadChannel(loop, light=not user_bounded(self.pipeline))
         stop = self.stop = asyncio.Event()
         try:
             out = run.start_output(self.pipeline, chan)

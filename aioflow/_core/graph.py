@@ -110,6 +110,9 @@ class Hints:
     # its channel is a buffer the user sized (prefetch(n)): last in a run read by an async
     # consumer, it is the consumer's channel (no hop between them)
     buffer: bool = False
+    # what the run makes ahead of its consumer is the user's bound (distribute's
+    # max_outstanding): the hand-off to a for loop holds no light chunks beyond its own
+    lead: bool = False
     splits: Any = None  # a source that distribute can cut: a _state/splits.SplitSource
     # a one-item source's blocking read of its item (a local file's): a fan-in may run it
     # in a batch on the run's threads instead of opening the node (a failure: it opens it)

@@ -357,6 +357,7 @@ def build_distribute(
         task=True,
         key=(n, i, max_outstanding),
         ranked=n > 1,
-        # with max_outstanding, its channel holds one chunk (of chunk_of elements)
-        hints=Hints(chunks=1) if max_outstanding is not None else NO_HINTS,
+        # with max_outstanding, its channel holds one chunk (of chunk_of elements), and
+        # so does every hand-off after it (DOWNSTREAM_CHUNKS)
+        hints=Hints(chunks=1, lead=True) if max_outstanding is not None else NO_HINTS,
     )
