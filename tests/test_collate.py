@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import aioflow as af
 
@@ -44,3 +47,36 @@ def test_batch_of_ints_beyond_int64_keeps_them_exact():
     (b,) = af.from_iterable(items).batch(2).to_list()
     assert [int(x) for x in b] == items
     assert af.from_iterable(items).batch(2).unbatch().map(int).to_list() == items
+
+
+# -- stack: np.stack, faster for many small rows ----------------------------------------
+_shapes = st.lists(st.integers(0, 3), min_size=0, max_size=3).map(tuple)
+_dtypes = st.sampled_from([np.float32, np.float64, np.int64, np.uint8, np.bool_])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_shapes, _dtypes), min_size=1, max_size=6), st.booleans(), st.data())
+def test_stack_makes_what_np_stack_makes_or_fails_as_it_does(specs, same, data):
+    if same:  # mostly arrays of one shape (the fast path), of one or several dtypes
+        specs = [(specs[0][0], d) for _, d in specs]
+    items = [(np.arange(int(np.prod(s))) % 3).astype(d).reshape(s) for s, d in specs]
+    if data.draw(st.booleans()):  # views: rows of one array, strided
+        base = np.arange(40.0).reshape(8, 5)[:, ::2]
+        items = [base[i] for i in data.draw(st.lists(st.integers(0, 7), min_size=1))]
+    try:
+        want = np.stack(items)
+    except ValueError:
+        with pytest.raises(ValueError):
+            af.collate.stack(items)
+        return
+    got = af.collate.stack(items)
+    assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want) and got.flags.c_contiguous
+
+
+def test_stack_keeps_np_stack_for_subclasses_and_scalars():
+    m = np.ma.masked_array([1.0, 2.0], mask=[True, False])
+    got, want = af.collate.stack([m, m]), np.stack([m, m])
+    assert type(got) is type(want) is np.ma.MaskedArray and np.array_equal(got, want)
+    assert af.collate.stack([np.float32(1), np.float32(2)]).tolist() == [1.0, 2.0]
+    assert af.collate.stack([np.zeros(()), np.ones(())]).tolist() == [0.0, 1.0]

@@ -24,7 +24,7 @@ import numpy as np
 from aioflow._core.check import check_concurrency
 from aioflow._core.run import CHUNK_MAX, Node
 from aioflow.checkpoint import StatefulLoader
-from aioflow.collate import STACKED, arrow_collate, is_record_batch, to_numpy
+from aioflow.collate import STACKED, arrow_collate, is_record_batch, stack, to_numpy
 from aioflow.errors import PipelineError
 from aioflow.ops.sources import Shard, from_iterable, index_source, resolve_shard
 from aioflow.ops.transforms import map_node
@@ -207,7 +207,7 @@ def collate(items: Sequence[Any]) -> Any:
     if is_record_batch(first):
         return _columns(arrow_collate(items))
     if isinstance(first, np.ndarray):
-        return _tensor_of_array(np.stack(items))
+        return _tensor_of_array(stack(items))
     if isinstance(first, np.generic):
         return _tensor_of_array(np.asarray(items))
     if isinstance(first, bool | int | float | complex):
