@@ -20,7 +20,7 @@ from aioflow._core.run import Run
 from aioflow._core.tasks import new_task
 from aioflow._core.threads import DaemonPool
 
-__all__ = ["Engine", "new_event_loop", "user_bounded"]
+__all__ = ["Engine", "light_lead", "new_event_loop"]
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -35,17 +35,28 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def user_bounded(pipeline: Described) -> bool:
-    """Whether the user bounded what the run makes ahead of its consumer: ``prefetch(n)``
-    last (its buffer is the hand-off's), or ``distribute(max_outstanding=)``; then the
-    hand-off to the consumer's thread keeps to its few chunks (``ThreadChannel(light=)``).
+def light_lead(pipeline: Described) -> bool:
+    """Whether the hand-off to the consumer's thread may hold many light chunks
+    (``ThreadChannel(light=True)``): not where the user bounded what the run makes ahead
+    of its consumer (``prefetch(n)`` last: its buffer is the hand-off's;
+    ``distribute(max_outstanding=)``), nor where a node's log for states reaches back
+    only a few chunks past the consumer (``Logged`` but not ``deep``: ``shuffle``,
+    ``flat_map``, ``interleave``, ``repeat``, the event-time stages), so that a state
+    taken anywhere still seeks.
 
     Example:
         >>> import aioflow as af
-        >>> user_bounded(af.range(3).prefetch(2)), user_bounded(af.range(3).batch(2))
-        (True, False)
+        >>> light_lead(af.range(9).map(abs).filter(bool).batch(2))
+        True
+        >>> light_lead(af.range(9).prefetch(2)), light_lead(af.range(9).shuffle(4))
+        (False, False)
     """
-    return pipeline._node.hints.buffer or any(n.hints.lead for n in graph_nodes(pipeline))
+    if pipeline._node.hints.buffer:
+        return False
+    # (a ``_state.state.Logged`` rule has ``deep``; the others are not logs)
+    return not any(
+        n.hints.lead or getattr(n.resume, "deep", True) is False for n in graph_nodes(pipeline)
+    )
 
 
 class Engine:
@@ -121,7 +132,7 @@ class Engine:
     async def _amain(self) -> None:
         loop = asyncio.get_running_loop()
         run = self.run = self.make_run()
-        self.chan = chan = ThreadChannel(loop, light=not user_bounded(self.pipeline))
+        self.chan = chan = ThreadChannel(loop, light=light_lead(self.pipeline))
         stop = self.stop = asyncio.Event()
         try:
             out = run.start_output(self.pipeline, chan)

@@ -78,16 +78,27 @@ SEEK = Seek()
 class Logged:
     """``Node.resume`` of a node that logs where it was (``ctx.seeker(fn)``: ``fn(k)`` is
     ``(state, k_in)`` or None); ``check(state, k, k_in)``: what of a state disagrees with
-    the node's counts (a message; None: nothing). Checked by ``_state/resume.Resume``."""
+    the node's counts (a message; None: nothing). Checked by ``_state/resume.Resume``.
 
-    __slots__ = ("check",)
+    ``deep``: its log reaches back further than any run holds in flight (``ChunkLog``'s
+    4,096 input chunks). Other logs are sized for a few chunks past the consumer (a
+    shuffle's 16 output chunks, a repeat's two openings): a graph with one keeps the sync
+    hand-off's lead small (``_core/engine.light_lead``), so that a state still seeks.
+    """
 
-    def __init__(self, check: Callable[[Any, int, Any], str | None] | None = None) -> None:
+    __slots__ = ("check", "deep")
+
+    def __init__(
+        self, check: Callable[[Any, int, Any], str | None] | None = None, deep: bool = False
+    ) -> None:
         self.check = check
+        self.deep = deep
 
 
 #: ``Node.resume`` of a node whose log says where it was and which checks nothing more.
 LOGGED = Logged()
+#: ... whose log is a ``ChunkLog`` (deep: see ``Logged``).
+LOGGED_DEEP = Logged(deep=True)
 UNORDERED = "yields in completion order (ordered=False): a replay would differ"
 
 

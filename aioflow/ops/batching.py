@@ -26,7 +26,7 @@ from aioflow.collate import (
 )
 from aioflow.errors import PipelineError
 from aioflow.ops.kit import (
-    LOGGED,
+    LOGGED_DEEP,
     UNKNOWN_CARD,
     Build,
     ChunkIter,
@@ -216,7 +216,7 @@ def _rows(src: ChunkIter, ctx: Ctx, kinds: list[Any] | None = None) -> ChunkIter
 def unbatch_node(up: Pipeline[Any]) -> Node:
     """``unbatch``: the rows of every batch; resumable chunk by chunk (``chunkwise``)."""
     build = chunkwise(lambda ctx, inputs: _rows(inputs[0](), ctx))
-    return Node("unbatch", build, inputs=(up,), card=_unknown, resume=LOGGED)
+    return Node("unbatch", build, inputs=(up,), card=_unknown, resume=LOGGED_DEEP)
 
 
 def rebatch_node(up: Pipeline[Any], size: int, drop_remainder: bool) -> Node:

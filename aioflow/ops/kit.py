@@ -11,7 +11,7 @@ one place. An operator imports them from here, not from ``_core`` and ``_state/s
 - resuming (``_state/``): ``Resume``, the run's one resume object (``ctx.run.resume``;
   a node asks it through ``ctx.resume``, the state it starts from, and ``ctx.seeker``);
   the rules ``one_to_one``, ``counting``, ``per_batch``, ``windowing``, ``skipping``, ``taking``,
-  ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``Logged``,
+  ``resumed``, ``call_resume``, ``Seek``, ``Refuse``, ``LOGGED``, ``LOGGED_DEEP``, ``Logged``,
   ``UNORDERED``, ``shuffle_check`` and the logs (``ChunkLog``, ``ElementLog``,
   ``CycleLog``, ``ShuffleLog``, ...).
 
@@ -59,6 +59,7 @@ from aioflow._state.logs import (
 from aioflow._state.resume import Resume
 from aioflow._state.state import (
     LOGGED,
+    LOGGED_DEEP,
     UNORDERED,
     Logged,
     Refuse,
@@ -74,12 +75,11 @@ from aioflow._state.state import (
 )
 
 __all__ = [
-    "CHANNEL_CHUNKS", "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED", "NOTHING",
-    "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter", "ChunkLog", "Ctx", "CycleLog",
-    "ElementLog", "Hints", "Logged", "NO_HINTS", "Node", "Opener", "Refuse", "Resume", "Run",
-    "Seek", "ShuffleLog", "aclosing", "call", "call_resume", "check_concurrency",
-    "check_executor", "check_int", "chunkwise", "counted_source", "counting", "each",
-    "each_into", "fn_name", "frozen", "graph_nodes", "is_int", "items_of", "one_to_one",
-    "per_batch", "read_one", "resumed", "shuffle_check", "skipping", "taking", "thaw",
-    "windowing",
+    "CHANNEL_CHUNKS", "CHANNEL_ITEMS", "CHUNK_MAX", "COUNTED", "INFINITE_CARD", "LOGGED",
+    "LOGGED_DEEP", "NOTHING", "UNKNOWN_CARD", "UNORDERED", "Build", "Chunk", "ChunkIter",
+    "ChunkLog", "Ctx", "CycleLog", "ElementLog", "Hints", "Logged", "NO_HINTS", "Node", "Opener",
+    "Refuse", "Resume", "Run", "Seek", "ShuffleLog", "aclosing", "call", "call_resume",
+    "check_concurrency", "check_executor", "check_int", "chunkwise", "counted_source", "counting",
+    "each", "each_into", "fn_name", "frozen", "graph_nodes", "is_int", "items_of", "one_to_one",
+    "per_batch", "read_one", "resumed", "shuffle_check", "skipping", "taking", "thaw", "windowing",
 ]  # fmt: skip

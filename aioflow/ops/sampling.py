@@ -19,7 +19,7 @@ from aioflow.errors import PipelineError
 from aioflow.ops.columnar import column, kind_of, masked
 from aioflow.ops.kit import (
     INFINITE_CARD,
-    LOGGED,
+    LOGGED_DEEP,
     UNKNOWN_CARD,
     ChunkIter,
     ChunkLog,
@@ -237,7 +237,7 @@ def rejection_resample_node(
             None if initial_dist is None else tuple(initial_dist),
             seed,
         ),
-        resume=LOGGED,
+        resume=LOGGED_DEEP,
     )
 
 

@@ -24,6 +24,7 @@ from aioflow.ops.kit import (
     CHUNK_MAX,
     INFINITE_CARD,
     LOGGED,
+    LOGGED_DEEP,
     NOTHING,
     UNKNOWN_CARD,
     Build,
@@ -118,7 +119,7 @@ def map_node(
     resume = call_resume(keep, ordered, on_error)
     made: Build = build
     if resume is None and not task:  # inline: each input chunk maps to its output
-        made, resume = chunkwise(build), LOGGED
+        made, resume = chunkwise(build), LOGGED_DEEP
     return Node(
         f"{'filter' if keep else 'map'}({fn_name(fn)})",
         made,
@@ -286,7 +287,7 @@ def scan_node(
         gen = scan(inputs[0](), ctx, log)
         return skip_chunks(gen, log.drop) if log.drop else gen
 
-    return Node(f"scan({fn_name(fn)})", build, inputs=(up,), key=(fn,), resume=LOGGED)
+    return Node(f"scan({fn_name(fn)})", build, inputs=(up,), key=(fn,), resume=LOGGED_DEEP)
 
 
 def enumerate_node(up: Pipeline[Any], start: int) -> Node:
