@@ -172,6 +172,7 @@ class Channel:
 #: up to ``LIGHT_CHUNKS`` chunks of at most ``LIGHT_BYTES`` in all (``weigh``).
 LIGHT_CHUNKS = 64
 LIGHT_BYTES = 4 << 20
+_DESCRIPTORS = (property, types.GetSetDescriptorType)  # how types give ``nbytes``
 
 
 def item_bytes(x: Any, depth: int = 0) -> int:
@@ -188,7 +189,7 @@ def item_bytes(x: Any, depth: int = 0) -> int:
         return 32
     if t is str or t is bytes:
         return 64 + len(x)
-    if isinstance(getattr(t, "nbytes", None), property | types.GetSetDescriptorType):
+    if isinstance(getattr(t, "nbytes", None), _DESCRIPTORS):
         n = x.nbytes
         return n if isinstance(n, int) else LIGHT_BYTES
     if (t is dict or t is list or t is tuple) and depth < 2 and len(x) <= 64:
@@ -238,7 +239,7 @@ class ThreadChannel(Channel):
             self._bytes = 0
 
     async def put(self, chunk: Chunk) -> None:
-        w = weigh(chunk)
+        w = weigh(chunk) if self._light > self.max_chunks else 0
         while True:
             with self._cond:
                 if not self.full_for(chunk):
