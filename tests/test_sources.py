@@ -117,3 +117,68 @@ def test_range_is_like_builtin_range():
         assert af.range(*args).to_list() == list(range(*args))
         assert len(af.range(*args)) == len(range(*args))
     assert af.range(1000).to_list() == list(range(1000))
+
+
+async def test_a_sync_source_makes_its_chunks_in_the_task_that_reads_it():
+    # a source that never awaits gains nothing from a task of its own, and costs a hop
+    # per chunk (issue 27, 7): it is fused into its reader's task; an async one is not
+    import asyncio
+
+    seen: list[tuple[str, object]] = []
+
+    def note(kind, x):
+        seen.append((kind, asyncio.current_task()))
+        return x
+
+    def gen():
+        for i in range(600):
+            yield note("source", i)
+
+    async def agen():
+        for i in range(600):
+            yield note("source", i)
+
+    class Seq:
+        def __len__(self):
+            return 600
+
+        def __getitem__(self, i):
+            return note("source", i)
+
+    cases = [
+        (af.from_iterable(gen), True),
+        (af.from_source(Seq()), True),
+        (af.from_iterable(agen), False),
+    ]
+    for src, together in cases:
+        seen.clear()
+        assert [x async for x in src.map(lambda x: note("map", x))] == list(range(600))
+        sources = {t for k, t in seen if k == "source"}
+        maps = {t for k, t in seen if k == "map"}
+        assert len(sources) == len(maps) == 1
+        assert (sources == maps) is together
+
+
+@pytest.mark.parametrize("kind", ["range", "list", "generator", "from_source"])
+async def test_a_fused_sync_source_still_lets_the_loop_run(kind):
+    # fused into its reader's task, nothing in the chain waits: a stage that reads without
+    # emitting would hold the loop for the whole input, and no timeout could come in
+    import asyncio
+    import time
+
+    n = 3 * 10**7
+
+    def gen():
+        yield from range(n)
+
+    src = {
+        "range": lambda: af.range(n),
+        "list": lambda: af.from_iterable([0] * (5 * 10**6)),
+        "generator": lambda: af.from_iterable(gen),
+        "from_source": lambda: af.from_source(range(n)),
+    }[kind]()
+    async with src.filter(lambda x: str(x) == "-").aiter() as it:
+        t0 = time.perf_counter()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 0.1)
+        assert time.perf_counter() - t0 < 0.5

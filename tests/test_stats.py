@@ -208,9 +208,16 @@ def test_queue_fill_counts_the_chunk_limit_of_a_channel_of_batches():
 
 
 def test_stages_fused_into_the_consumer_task_have_no_queue_in_the_sync_adapter():
-    _, st = run(af.range(10).map(lambda x: x))
-    assert st["range"].queue_capacity is not None
+    async def ten():
+        for i in range(10):
+            yield i
+
+    # an async source runs in a task of its own; a sync one (range) is fused as a map is
+    _, st = run(af.from_iterable(ten).map(lambda x: x))
+    assert st["from_iterable"].queue_capacity is not None
     assert st["map(<lambda>)"].queue_fill is None
+    _, st = run(af.range(10).map(lambda x: x))
+    assert st["range"].queue_capacity is None and st["map(<lambda>)"].queue_fill is None
 
 
 # -- live and finished runs ------------------------------------------------------------

@@ -21,11 +21,24 @@ from aioflow.errors import PipelineError
 if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline
 
-__all__ = ["async_chunks", "enumerate_chunks", "iterable_chunks", "skip_chunks", "sync_chunks"]
+__all__ = [
+    "YIELD_EVERY",
+    "async_chunks",
+    "enumerate_chunks",
+    "iterable_chunks",
+    "skip_chunks",
+    "sync_chunks",
+]
 
 # A chunk should take about this long to make: long enough to amortize the hand-off,
 # short enough that a slow source never holds the loop for long.
 _CHUNK_SECONDS = 0.0005
+
+#: A sync source lets the loop run at least this often (s). Fused into its reader's task
+#: (``Hints.inline``), nothing else in that chain may ever wait: a stage reading without
+#: emitting (``sort_by``, a filter that drops all) would hold the loop for its whole input,
+#: and a break, a cancellation or a timeout could not come in.
+YIELD_EVERY = 0.002
 
 
 async def sync_chunks(it: Iterator[Any], ctx: Ctx) -> ChunkIter:
@@ -33,10 +46,14 @@ async def sync_chunks(it: Iterator[Any], ctx: Ctx) -> ChunkIter:
     n = 1
     pos = 0
     pc = perf_counter
+    let = pc()  # when it last let the loop run
     while True:
         if ctx.run.stopping:  # closing: a blocking read would delay it by an item-time
             await asyncio.get_running_loop().create_future()  # until cancelled
         t0 = pc()
+        if t0 - let >= YIELD_EVERY:
+            await asyncio.sleep(0)
+            let = t0 = pc()
         chunk, err = read(it, n, ctx.name, pos)
         if err is not None:
             if chunk:

@@ -36,6 +36,7 @@ __all__ = [
     "Opener",
     "graph_nodes",
     "number_nodes",
+    "runs_in_task",
     "unagreed",
 ]
 
@@ -126,6 +127,10 @@ class Hints:
     columns: Callable[[int, Node], Node] | None = None
     # that variant's user map: its pool is the map's, kept warm on the map's node
     pool_owner: Node | None = None
+    # a source that never awaits (it makes its chunks on the loop: ``range``, a sync
+    # iterable's): fused into the task that reads it, as an inline stage is; a task of its
+    # own would add a hop per chunk and no overlap (``runs_in_task``)
+    inline: bool = False
 
 
 #: A node without hints: the runtime's defaults.
@@ -154,6 +159,18 @@ class Node:
     # distribute over several consumers): every rank must run the same epoch, so a run
     # after its first needs an agreed one (``p.iter(epoch=)`` or a state), see Positions
     ranked: bool = False
+
+
+def runs_in_task(node: Node) -> bool:
+    """Whether a run reads ``node`` through a channel from a task of its own (else it is
+    fused into the task that reads it).
+
+    Example:
+        >>> import aioflow as af
+        >>> [runs_in_task(p._node) for p in (af.range(3), af.range(3).map(abs).prefetch(2))]
+        [False, True]
+    """
+    return node.task and not node.hints.inline
 
 
 def graph_nodes(root: Described) -> list[Node]:

@@ -43,6 +43,7 @@ from aioflow._core.graph import (
     OpenCount,
     Opener,
     graph_nodes,
+    runs_in_task,
 )
 from aioflow._core.positions import Positions
 from aioflow._core.stages import LaneCell, items_of, metered, pump, take_lane
@@ -107,7 +108,7 @@ class Run:
         m = self.meters.get(key)
         if m is None:
             name = node.name if parent is None else f"{parent.name} > {node.name}"
-            m = self.meters[key] = StageMeter(name, key, task=node.task)
+            m = self.meters[key] = StageMeter(name, key, task=runs_in_task(node))
         return m
 
     def open(
@@ -131,7 +132,12 @@ class Run:
         seeker (``Ctx.open``).
         """
         node = pipeline._node
-        fused = not (node.task or boundary)
+        # a sync source is fused into its reader (``runs_in_task``), but in a sub-pipeline
+        # (``parent``: of flat_map, interleave) it keeps its task: fused, its reads never
+        # wait, so its opener gathers its output into larger chunks, and a state taken
+        # under the consumer's lead reaches past that opener's log more often (it replays)
+        task = runs_in_task(node) if parent is None else node.task
+        fused = not (task or boundary)
         if fused and split and self._fused_depth(node) % FUSE_MAX == 0:
             return self._split(pipeline, parent, reader, same_lane, sub)
         mine: LaneCell = [None]
@@ -182,7 +188,7 @@ class Run:
             if id(n) in depth:
                 todo.pop()
                 continue
-            below = [q._node for q in n.inputs if not q._node.task]
+            below = [q._node for q in n.inputs if not runs_in_task(q._node)]
             missing = [q for q in below if id(q) not in depth]
             if missing:
                 todo.extend(missing)
@@ -280,7 +286,7 @@ class Run:
         node = pipeline._node
         if METER:
             chan.waits = self.consumer
-        if node.task and not (node.hints.buffer and not chan.threaded):
+        if runs_in_task(node) and not (node.hints.buffer and not chan.threaded):
             # the last stage pumps into a channel of its own already: this hop to the
             # consumer is not a stage, and must not add its waits to that stage's (a
             # concurrent map's read-ahead is its channel and the consumer's; a thread's
@@ -289,7 +295,7 @@ class Run:
             return self.start(pump(self.open(pipeline), chan, hop, None), "output")
         mine: LaneCell = [None]
         gen, meter = self._build(node, None, mine)
-        if node.task:  # prefetch(n): its channel is the consumer's, with its bound
+        if runs_in_task(node):  # prefetch(n): its channel is the consumer's, with its bound
             meter.task = True
             chan.bound(node.hints.chunks, node.hints.items)
         if not chan.threaded:  # (a thread's channel is not metered)

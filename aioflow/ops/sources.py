@@ -1,21 +1,24 @@
 """Sources: where items come from. Each function returns a ``Pipeline``.
 
-A source runs in a task of its own. A sync iterable is read on the run's event loop in
-chunks whose size adapts to how long items take (one item at first, up to
-``CHUNK_MAX`` when they are cheap), so a slow generator still gives its first item at
-once and a fast one moves in large chunks.
-"""
+A sync source (``range``, a sync iterable, ``from_source``) makes its chunks in the task
+that reads it (``Hints.inline``); an async iterable is read in a task of its own. A sync
+iterable is read on the run's event loop in chunks whose size adapts to how long items
+take (one item at first, up to ``CHUNK_MAX`` when they are cheap), so a slow generator
+still gives its first item at once and a fast one moves in large chunks."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import inspect
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from aioflow._core.base import pipeline_of
-from aioflow._core.chunks import iterable_chunks, sync_chunks
+from aioflow._core.chunks import YIELD_EVERY, iterable_chunks, sync_chunks
 from aioflow._state.splits import IndexSplits, RangeSplits, list_source
 from aioflow.errors import PipelineError, StageError
 from aioflow.ops.kit import (
@@ -40,6 +43,9 @@ if TYPE_CHECKING:
     from aioflow.pipeline import Pipeline
 
 T = TypeVar("T")
+
+#: A source read on the loop, never awaited: fused into the task that reads it.
+INLINE = Hints(inline=True)
 
 __all__ = ["from_dataflow", "from_iterable", "from_source", "range"]
 
@@ -80,7 +86,12 @@ def from_iterable(obj: Iterable[T] | AsyncIterable[T] | Callable[[], Any]) -> Pi
 
     card = _len_or_unknown(obj) if is_iter else UNKNOWN_CARD
     name = "from_iterable"
-    return pipeline_of(Node(name, build, card=lambda _: card, task=True, key=(type(obj).__name__,)))
+    # a sync iterable (or a generator function) is read on the loop, never awaited: no
+    # task of its own; another callable may return an async iterable
+    sync = isinstance(obj, Iterable) if is_iter else inspect.isgeneratorfunction(obj)
+    hints = Hints(inline=sync and not isinstance(obj, AsyncIterable))
+    node = Node(name, build, card=lambda _: card, task=True, key=(type(obj).__name__,), hints=hints)
+    return pipeline_of(node)
 
 
 def from_dataflow(df: Any) -> Pipeline[Any]:
@@ -109,9 +120,9 @@ def from_dataflow(df: Any) -> Pipeline[Any]:
         return iterable_chunks(df, ctx)
 
     card = _len_or_unknown(df)
-    return pipeline_of(
-        Node("from_dataflow", build, card=lambda _: card, task=True, key=(type(df).__name__,))
-    )
+    key = (type(df).__name__,)
+    node = Node("from_dataflow", build, card=lambda _: card, task=True, key=key, hints=INLINE)
+    return pipeline_of(node)
 
 
 def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
@@ -125,7 +136,11 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
     r = builtins.range(start) if stop is None else builtins.range(start, stop, step)
 
     async def gen(ctx: Ctx) -> ChunkIter:
+        let = perf_counter()  # (it lets the loop run: see YIELD_EVERY)
         for i in builtins.range(counted_source(ctx), len(r), CHUNK_MAX):
+            if perf_counter() - let >= YIELD_EVERY:
+                await asyncio.sleep(0)
+                let = perf_counter()
             yield list(r[i : i + CHUNK_MAX])
 
     def build(ctx: Ctx, inputs: Sequence[Opener]) -> ChunkIter:
@@ -141,7 +156,7 @@ def range(start: int, stop: int | None = None, step: int = 1) -> Pipeline[int]:
             task=True,
             key=key,
             resume=COUNTED,
-            hints=Hints(splits=RangeSplits(r, range)),
+            hints=Hints(splits=RangeSplits(r, range), inline=True),
         )
     )
 
@@ -215,8 +230,8 @@ def from_source(
 
     A state (``it.state_dict()``) holds the position; resuming seeks there, at the cost
     of one chunk whatever the position, and ``af.merge_states`` re-splits the states of
-    ``n`` ranks over ``m``. Items are read in the source's task; for slow reads, shuffle
-    indexes and read them with ``map``'s knobs:
+    ``n`` ranks over ``m``. Items are read on the run's loop (in the task reading the
+    source); for slow reads, shuffle indexes and read them with ``map``'s knobs:
     ``af.from_source(range(len(ds)), shuffle=True).map(ds.__getitem__, concurrency=8,
     executor="thread")`` (resumable the same way).
 
@@ -276,7 +291,7 @@ def index_source(
             task=True,
             key=key,
             resume=start,
-            hints=Hints(splits=splits),
+            hints=Hints(splits=splits, inline=True),
             ranked=shuffle and num > 1,
         )
     )
