@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aioflow._core.channel import Channel, ThreadChannel
-from aioflow._core.engine import Engine
+from aioflow._core.engine import Engine, light_lead
 from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk, number_nodes
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
@@ -194,8 +194,9 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
         loop = asyncio.get_running_loop()
         prestart(self._pipeline)  # process workers boot while the run starts
         run = self._run = self._new_run()
-        chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS)
         pipeline = self._pipeline
+        # (many small batches ahead where no bound or shallow log forbids: see light_lead)
+        chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS, light=light_lead(pipeline))
         if self._skip:
             pipeline = pipeline.skip(self._skip)
         run.start_output(pipeline, chan)
@@ -208,6 +209,15 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
             self._i = i + 1
             self._count += 1
             return self._buf[i]
+        chan = self._chan
+        lock = self._lock
+        if chan is not None and not self._done and (lock is None or not lock.locked()):
+            chunk = chan.take_ready()  # (a chunk is there: no suspension, no lock)
+            if chunk is not None:
+                self._buf = chunk
+                self._i = 1
+                self._count += 1
+                return chunk[0]
         return await self._next_chunk()
 
     async def _next_chunk(self) -> T:

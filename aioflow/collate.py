@@ -97,6 +97,11 @@ def _itself(a: Any) -> Any:
     return a
 
 
+#: Collates that only read the list they get (never keep nor change it): ``batch`` may
+#: give them an input chunk itself, not a copy, when it is exactly one batch.
+READ_ONLY: frozenset[Callable[[Sequence[Any]], Any]] = frozenset({default_collate})
+
+
 #: The collates ``batch`` can make from a process map's results stacked in its workers
 #: (``_process/columns``): collate -> what a stacked array field becomes in the batch (every
 #: other field is the collate of its values). ``integrations.torch`` adds its own.

@@ -116,3 +116,52 @@ def test_a_slow_sync_consumer_leaves_the_run_a_bounded_lead():
     # channel, 2 chunks in the source's and the batch being made
     assert lead <= (2 * 64 + 4) * 256
     assert lead >= 16 * 256  # more than 4 chunks: the channel took light chunks
+
+
+# -- the async consumer's channel -------------------------------------------------------
+async def test_a_loop_channel_may_hold_many_light_chunks_past_its_bound():
+    # issue 27 (7): under `async for`, a chunk of one small batch a loop iteration made the
+    # consumer and the run switch tasks per batch; a light lead amortizes the switch
+    assert await _fill(Channel(), [np.arange(256)]) == CHANNEL_CHUNKS
+    assert await _fill(Channel(light=True), [np.arange(256)]) == LIGHT_CHUNKS
+    assert await _fill(Channel(light=True), list(range(256))) == LIGHT_CHUNKS  # items too
+    big = np.zeros(LIGHT_BYTES // 8, np.uint8)
+    assert await _fill(Channel(light=True), [big]) == 9
+    assert await _fill(Channel(light=True), [np.zeros(LIGHT_BYTES, np.uint8)]) == 2
+    assert await _fill(Channel(light=True), [object()]) == 2  # unknown: heavy
+    # chunks come out in order, and what leaves no longer weighs
+    ch = Channel(light=True)
+    n = await _fill(ch, [big])
+    got = [await ch.get() for _ in range(n)]
+    assert all(g[0] is big for g in got) and len(ch) == 0
+    assert await _fill(ch, [big]) == n
+    assert ch.take_ready() is not None and Channel().take_ready() is None
+
+
+async def test_a_slow_async_consumer_leaves_the_run_a_bounded_lead():
+    made = []
+
+    def mark(x):
+        made.append(x)
+        return x
+
+    async with af.range(100_000).map(mark).batch(256).aiter() as it:
+        await it.__anext__()
+        await asyncio.sleep(0.3)
+        lead = len(made)
+    # up to 64 light chunks of a batch each in the consumer's channel, the batch being made
+    assert 16 * 256 <= lead <= (64 + 4) * 256
+    # heavy items (unknown objects) keep the two chunks of the default bound
+    made.clear()
+    async with af.range(100_000).map(lambda x: mark(object())).batch(256).aiter() as it:
+        await it.__anext__()
+        await asyncio.sleep(0.3)
+        assert len(made) <= (1 + CHANNEL_CHUNKS + 1) * 256
+    # nor where a shallow log must reach back to the consumer (shuffle's), or prefetch(n)
+    base = af.range(100_000).map(mark)
+    for p in (base.shuffle(4, seed=0), base.prefetch(2)):
+        made.clear()
+        async with p.aiter() as it:
+            await it.__anext__()
+            await asyncio.sleep(0.3)
+            assert len(made) <= 8 * 256

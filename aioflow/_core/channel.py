@@ -38,12 +38,15 @@ class Channel:
     """
 
     __slots__ = (
+        "_bytes",
         "_closed",
         "_exc",
         "_getter",
+        "_light",
         "_n",
         "_putter",
         "_q",
+        "_w",
         "gone",
         "max_chunks",
         "max_items",
@@ -55,7 +58,9 @@ class Channel:
     #: Whether its consumer is in another thread (then the run's meters never attach it).
     threaded = False
 
-    def __init__(self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS) -> None:
+    def __init__(
+        self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS, light: bool = False
+    ) -> None:
         self._q: deque[Chunk] = deque()
         self._n = 0
         self._getter: asyncio.Future[None] | None = None
@@ -68,6 +73,11 @@ class Channel:
         self.put_waits = 0  # how often a put found the channel full
         self.qm: QueueMeter | None = None
         self.waits: Lane | None = None  # the consumer's channel: its reader's waits
+        # ``light``: past its bound it still takes chunks while they are light, up to
+        # ``LIGHT_CHUNKS`` chunks of ``LIGHT_BYTES`` in all (``_w``: their weights)
+        self._light = LIGHT_CHUNKS if light else 0
+        self._bytes = 0
+        self._w: deque[int] = deque()
 
     def attach(self, meter: StageMeter) -> None:
         """Report this channel's occupancy to ``meter`` (the stage that fills it)."""
@@ -86,14 +96,16 @@ class Channel:
         return self._closed
 
     def full_for(self, chunk: Chunk) -> bool:
-        return bool(self._q) and (
-            len(self._q) >= self.max_chunks or self._n + len(chunk) > self.max_items
-        )
+        q = self._q
+        if not q or (len(q) < self.max_chunks and self._n + len(chunk) <= self.max_items):
+            return False
+        return len(q) >= self._light or self._bytes > LIGHT_BYTES
 
     def discard(self) -> None:
         """Drop whatever is still buffered (the run is over; nobody will read it)."""
         self._q.clear()
-        self._n = 0
+        self._w.clear()
+        self._n = self._bytes = 0
 
     def abandon(self) -> None:
         """The reader stopped for good: drop what is buffered and every later put."""
@@ -119,6 +131,13 @@ class Channel:
         if p is not None and not p.done():
             p.set_result(None)
 
+    def offer(self, chunk: Chunk) -> bool:
+        """Put ``chunk`` if it fits now (True); else leave it (False: ``put`` waits)."""
+        if self.full_for(chunk):
+            return False
+        self._add(chunk)
+        return True
+
     async def put(self, chunk: Chunk) -> None:
         if self.full_for(chunk):
             self.put_waits += 1
@@ -128,10 +147,17 @@ class Channel:
                 await fut
             finally:
                 self._putter = None
+        self._add(chunk)
+
+    def _add(self, chunk: Chunk) -> None:
         if self.gone:
             return
         self._q.append(chunk)
         self._n += len(chunk)
+        if self._light:
+            w = weigh(chunk)
+            self._w.append(w)
+            self._bytes += w
         if self.qm is not None:
             self.qm.note(len(self._q), self._n)
         g = self._getter
@@ -160,8 +186,18 @@ class Channel:
                 if self.waits is not None:
                     t1 = perf_counter()
                     self.waits.work(t1, t1 - t0)
+        return self._pop()
+
+    def take_ready(self) -> Chunk | None:
+        """The next chunk if one is buffered, else None, without waiting (a consumer on
+        the loop takes it so, without suspending; ``get`` waits)."""
+        return self._pop() if self._q else None
+
+    def _pop(self) -> Chunk:
         chunk = self._q.popleft()
         self._n -= len(chunk)
+        if self._light:
+            self._bytes -= self._w.popleft()
         if self.qm is not None:
             self.qm.note(len(self._q), self._n)
         self._wake_putter()
@@ -213,21 +249,18 @@ class ThreadChannel(Channel):
     one thread hand-off moves many chunks.
     """
 
-    __slots__ = ("_bytes", "_cond", "_light", "_loop", "_space", "_waiting")
+    __slots__ = ("_cond", "_loop", "_space", "_waiting")
 
     threaded = True
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4, light: bool = True
     ) -> None:
-        super().__init__(max_chunks)
+        super().__init__(max_chunks, light=light)
         self._loop = loop
         self._cond = threading.Condition(threading.Lock())
         self._space = asyncio.Event()
         self._waiting = False
-        self._bytes = 0  # what the chunks held weigh
-        # how many light chunks it may hold (light=False: a lead the user bounded)
-        self._light = LIGHT_CHUNKS if light else self.max_chunks
 
     def full_for(self, chunk: Chunk) -> bool:
         n = len(self._q)
@@ -238,8 +271,18 @@ class ThreadChannel(Channel):
             self._q.clear()
             self._bytes = 0
 
+    def offer(self, chunk: Chunk) -> bool:
+        w = weigh(chunk) if self._light else 0
+        with self._cond:
+            if self.full_for(chunk):
+                return False
+            self._q.append(chunk)
+            self._bytes += w
+            self._cond.notify()
+            return True
+
     async def put(self, chunk: Chunk) -> None:
-        w = weigh(chunk) if self._light > self.max_chunks else 0
+        w = weigh(chunk) if self._light else 0
         while True:
             with self._cond:
                 if not self.full_for(chunk):

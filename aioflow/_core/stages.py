@@ -1,6 +1,6 @@
 """Driving a stage's generator: counted when fused, pumped into a channel when in a task.
 
-A stage's output is counted per chunk, never per item (``counted``): items and chunks
+A stage's output is counted per chunk, never per item (``tally``): items and chunks
 out, the time spent producing them (inclusive of fused inputs), and the instance's own
 busy time (exclusive of its inputs) on its lane. A fused stage is read through
 ``metered``, a stage in a task of its own through ``pump``, which feeds its channel.
@@ -9,50 +9,36 @@ busy time (exclusive of its inputs) on its lane. A fused stage is read through
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from time import perf_counter
 from typing import Any
 
 from aioflow._core.channel import Channel
-from aioflow._core.graph import Chunk, ChunkIter
+from aioflow._core.graph import ChunkIter
 from aioflow._core.tasks import aclosing, cancelling
 from aioflow.errors import control_flow_error
 from aioflow.stats.meters import Lane, StageMeter
 
-__all__ = ["counted", "items_of", "metered", "pump"]
+__all__ = ["items_of", "metered", "pump", "tally"]
 
 LaneCell = list[Lane | None]  # an instance's lane, once it runs (see stats/meters)
 
 
-def counted(
-    gen: ChunkIter, meter: StageMeter, ln: Lane, up: Lane | None
-) -> Callable[[], Awaitable[Chunk]]:
-    """``gen``'s next chunk, counting it on ``meter`` and its own busy time on ``ln``.
+def tally(meter: StageMeter, ln: Lane, up: Lane | None, t0: float, c0: float) -> None:
+    """The time of a chunk asked for at ``t0`` (its lane's ``inner`` time then ``c0``) on
+    ``meter`` and on its lane ``ln``: all of it, and its own (minus its inputs').
 
     ``up``: the lane of the instance reading this one, whose own time excludes this.
+    Called per chunk and stage (inline in the loops that ask, not a coroutine of its own).
     """
-    pc = perf_counter
-    nxt = gen.__anext__
-
-    async def step() -> Chunk:
-        t0, c0 = pc(), ln.inner
-        try:
-            chunk = await nxt()
-        finally:
-            # (this runs per chunk) own time = all of it minus its inputs'
-            t1 = pc()
-            dt = t1 - t0
-            meter.t_next += dt
-            if up is not None:  # time inside an input, for the instance reading this one
-                up.inner += dt
-            own = dt - (ln.inner - c0)
-            if own > 0.0:
-                ln.work(t1, own)
-        meter.items_out += len(chunk)
-        meter.chunks_out += 1
-        return chunk
-
-    return step
+    t1 = perf_counter()
+    dt = t1 - t0
+    meter.t_next += dt
+    if up is not None:  # time inside an input, for the instance reading this one
+        up.inner += dt
+    own = dt - (ln.inner - c0)
+    if own > 0.0:
+        ln.work(t1, own)
 
 
 def take_lane(meter: StageMeter, mine: LaneCell, reader: LaneCell | None, same: bool) -> Lane:
@@ -65,15 +51,22 @@ def take_lane(meter: StageMeter, mine: LaneCell, reader: LaneCell | None, same: 
 async def metered(
     gen: ChunkIter, meter: StageMeter, mine: LaneCell, reader: LaneCell | None, same: bool
 ) -> ChunkIter:
-    """A fused stage's chunks, counted (see ``counted``) on the lane of this instance."""
+    """A fused stage's chunks, counted (see ``tally``) on the lane of this instance."""
     ln = take_lane(meter, mine, reader, same)
-    step = counted(gen, meter, ln, reader[0] if reader is not None else None)
+    up = reader[0] if reader is not None else None
+    pc = perf_counter
+    nxt = gen.__anext__
     try:
         while True:
+            t0, c0 = pc(), ln.inner
             try:
-                chunk = await step()
+                chunk = await nxt()
             except StopAsyncIteration:
                 return
+            finally:
+                tally(meter, ln, up, t0, c0)
+            meter.items_out += len(chunk)
+            meter.chunks_out += 1
             yield chunk
     finally:
         ln.in_use = False
@@ -87,19 +80,26 @@ async def pump(gen: ChunkIter, chan: Channel, meter: StageMeter, ln: Lane | None
     stage), saving a generator layer per chunk. What the stage raises closes ``chan``.
     """
     pc = perf_counter
-    step = counted(gen, meter, ln, None) if ln is not None else gen.__anext__
+    nxt = gen.__anext__
     try:
         while True:
             try:
-                chunk = await step()
+                if ln is None:
+                    chunk = await nxt()
+                else:
+                    t0, c0 = pc(), ln.inner
+                    try:
+                        chunk = await nxt()
+                    finally:
+                        tally(meter, ln, None, t0, c0)
+                    meter.items_out += len(chunk)
+                    meter.chunks_out += 1
             except StopAsyncIteration:
                 break
-            if chan.full_for(chunk):
+            if not chan.offer(chunk):  # (it fits: no coroutine, no wait)
                 t0 = pc()
                 await chan.put(chunk)
                 meter.t_wait_out += pc() - t0
-            else:
-                await chan.put(chunk)
     except asyncio.CancelledError as e:
         if cancelling():
             raise

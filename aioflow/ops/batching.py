@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from aioflow._core.base import pipeline_of
 from aioflow._process.columns import Rows, collated, cut, joined
 from aioflow.collate import (
+    READ_ONLY,
     STACKED,
     arrow_collate,
     default_collate,
@@ -169,9 +170,12 @@ def _batches(
                         if buf is chunk:
                             buf = list(chunk)  # chunks are not ours to grow
                         continue
-                    end = len(buf) - len(buf) % size
-                    jobs = [(fn, buf[i : i + size]) for i in range(0, end, size)]
-                    buf = buf[end:]
+                    if buf is chunk and len(buf) == size and fn in READ_ONLY:
+                        jobs, buf = [(fn, chunk)], []  # (a chunk of one batch: no copy)
+                    else:
+                        end = len(buf) - len(buf) % size
+                        jobs = [(fn, buf[i : i + size]) for i in range(0, end, size)]
+                        buf = buf[end:]
                 if not jobs:
                     continue
                 out, err = make(jobs)
