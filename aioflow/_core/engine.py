@@ -13,6 +13,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
+from types import ModuleType
 
 from aioflow._core.channel import ThreadChannel
 from aioflow._core.graph import Described, graph_nodes
@@ -22,16 +23,18 @@ from aioflow._core.threads import DaemonPool
 
 __all__ = ["Engine", "light_lead", "new_event_loop"]
 
+# imported with aioflow, not in an engine's thread at the first run (~4 ms of its start)
+_uvloop: ModuleType | None
+try:
+    import uvloop as _uvloop
+except ImportError:  # pragma: no cover - uvloop is optional
+    _uvloop = None
+
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A new event loop: uvloop's when installed (unless ``AIOFLOW_LOOP=asyncio``)."""
-    if os.environ.get("AIOFLOW_LOOP", "").lower() != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
+    if _uvloop is not None and os.environ.get("AIOFLOW_LOOP", "").lower() != "asyncio":
+        return _uvloop.new_event_loop()
     return asyncio.new_event_loop()
 
 

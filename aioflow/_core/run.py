@@ -3,7 +3,8 @@
 ``Run.open`` opens the graph from the sink (``_core/graph``): a node marked ``task=True``
 (sources, concurrent maps, prefetch, fan-in) runs in a task of its own, and its output
 goes through a bounded ``Channel`` (``_core/channel``) to the next stage; consecutive inline
-nodes are fused, async generators chained inside the task that reads them (``_core/stages``).
+nodes are fused, async generators chained inside the task that reads them (``_core/stages``),
+and so is a sync source of the graph (``Hints.inline``: it never awaits).
 The consumer of a run reads the last channel (``_iterators``).
 
 Ownership flows downstream: a channel's reader starts the producing task on first read
