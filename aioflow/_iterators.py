@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aioflow._core.channel import Channel, ThreadChannel
-from aioflow._core.engine import Engine, light_lead
+from aioflow._core.engine import Engine, light_items
 from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk, number_nodes
 from aioflow._core.run import Run
 from aioflow._process.pool import prestart
@@ -195,8 +195,8 @@ class AsyncPipelineIterator(_Resumable, Generic[T]):
         prestart(self._pipeline)  # process workers boot while the run starts
         run = self._run = self._new_run()
         pipeline = self._pipeline
-        # (many small batches ahead where no bound or shallow log forbids: see light_lead)
-        chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS, light=light_lead(pipeline))
+        # (many small batches ahead where no bound or shallow log forbids: see light_items)
+        chan = self._chan = Channel(CHANNEL_CHUNKS, CHANNEL_ITEMS, light=light_items(pipeline))
         if self._skip:
             pipeline = pipeline.skip(self._skip)
         run.start_output(pipeline, chan)

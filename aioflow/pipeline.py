@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from aioflow._core.base import register
+from aioflow._core.channel import LIGHT_ITEMS
+from aioflow._core.engine import light_lead
 from aioflow._core.run import CHANNEL_ITEMS, CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD
 from aioflow._group_methods import GroupMethods
 from aioflow._item_methods import ItemMethods
@@ -191,8 +193,10 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
 
         It adds up, over every stage, the channel after it (stages in their own task), the
         chunk it may be working on, and what it holds itself (calls in flight, a batch
-        being built, a shuffle buffer), plus the consumer's side; an object that holds
-        others (a batch of n, a window) counts as the items it holds.
+        being built, a shuffle buffer), plus the consumer's side, where light items (numbers,
+        small arrays: ``engine.light_items``) may be up to 2 x 16,384 more (no more than the
+        whole output); an object that holds others (a batch of n, a window) counts as the
+        items it holds.
 
         Example:
             >>> import aioflow as af
@@ -218,8 +222,14 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
             return m_out
 
         m = walk(self)
-        # the output channel, and the consumer's side (a ThreadChannel of 4 chunks)
-        return total + (CHANNEL_ITEMS + 4 * CHUNK_MAX) * m
+        # the output channel, and the consumer's side (a ThreadChannel of 4 chunks); light
+        # items (``engine.light_items``): that many more source items there, and as many
+        # taken by the consumer from it
+        light = 0
+        if light_lead(self):  # (no more than the whole output, when that is known)
+            card = self.cardinality()
+            light = 2 * LIGHT_ITEMS if card < 0 else min(2 * LIGHT_ITEMS, card * m)
+        return total + (CHANNEL_ITEMS + 4 * CHUNK_MAX) * m + light
 
 
 register(Pipeline)

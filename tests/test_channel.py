@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 import aioflow as af
-from aioflow._core.channel import LIGHT_BYTES, LIGHT_CHUNKS, Channel, ThreadChannel, item_bytes
+from aioflow._core.channel import (
+    LIGHT_BYTES,
+    LIGHT_CHUNKS,
+    LIGHT_ITEMS,
+    Channel,
+    ThreadChannel,
+    item_bytes,
+)
 from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX
 
 
@@ -86,6 +93,8 @@ async def test_a_thread_channel_holds_many_light_chunks_but_few_heavy_ones():
     loop = asyncio.get_running_loop()
     assert await _fill(ThreadChannel(loop), [np.arange(256)]) == LIGHT_CHUNKS
     assert await _fill(ThreadChannel(loop), list(range(256))) == LIGHT_CHUNKS
+    # at most `light` items (a batch of n counts n: engine.light_items)
+    assert await _fill(ThreadChannel(loop, light=1024), list(range(256))) == 4
     big = np.zeros(LIGHT_BYTES // 8, np.uint8)  # 8 of them weigh LIGHT_BYTES
     assert await _fill(ThreadChannel(loop), [big]) == 9
     assert await _fill(ThreadChannel(loop), [np.zeros(LIGHT_BYTES, np.uint8)]) == 4
@@ -123,14 +132,15 @@ async def test_a_loop_channel_may_hold_many_light_chunks_past_its_bound():
     # issue 27 (7): under `async for`, a chunk of one small batch a loop iteration made the
     # consumer and the run switch tasks per batch; a light lead amortizes the switch
     assert await _fill(Channel(), [np.arange(256)]) == CHANNEL_CHUNKS
-    assert await _fill(Channel(light=True), [np.arange(256)]) == LIGHT_CHUNKS
-    assert await _fill(Channel(light=True), list(range(256))) == LIGHT_CHUNKS  # items too
+    assert await _fill(Channel(light=LIGHT_ITEMS), [np.arange(256)]) == LIGHT_CHUNKS
+    assert await _fill(Channel(light=LIGHT_ITEMS), list(range(256))) == LIGHT_CHUNKS
+    assert await _fill(Channel(light=1024), list(range(256))) == 4
     big = np.zeros(LIGHT_BYTES // 8, np.uint8)
-    assert await _fill(Channel(light=True), [big]) == 9
-    assert await _fill(Channel(light=True), [np.zeros(LIGHT_BYTES, np.uint8)]) == 2
-    assert await _fill(Channel(light=True), [object()]) == 2  # unknown: heavy
+    assert await _fill(Channel(light=LIGHT_ITEMS), [big]) == 9
+    assert await _fill(Channel(light=LIGHT_ITEMS), [np.zeros(LIGHT_BYTES, np.uint8)]) == 2
+    assert await _fill(Channel(light=LIGHT_ITEMS), [object()]) == 2  # unknown: heavy
     # chunks come out in order, and what leaves no longer weighs
-    ch = Channel(light=True)
+    ch = Channel(light=LIGHT_ITEMS)
     n = await _fill(ch, [big])
     got = [await ch.get() for _ in range(n)]
     assert all(g[0] is big for g in got) and len(ch) == 0
@@ -165,3 +175,28 @@ async def test_a_slow_async_consumer_leaves_the_run_a_bounded_lead():
             await it.__anext__()
             await asyncio.sleep(0.3)
             assert len(made) <= 8 * 256
+
+
+def test_a_light_lead_stays_within_max_inflight():
+    # the light chunks a consumer's channel holds past its bound are few objects too:
+    # `max_inflight` is the static bound on what a run holds, light items or not
+    made = []
+
+    def mark(x):
+        made.append(x)
+        return x
+
+    p = af.range(10**6).map(mark)
+    with p.iter() as it:
+        next(it)
+        time.sleep(0.3)
+        assert 16 * CHUNK_MAX < len(made) <= p.max_inflight()
+
+    async def slow_async():
+        async with p.aiter() as it:
+            await it.__anext__()
+            await asyncio.sleep(0.3)
+            return len(made)
+
+    made.clear()
+    assert 16 * CHUNK_MAX < asyncio.run(slow_async()) <= p.max_inflight()

@@ -19,7 +19,7 @@ from collections import deque
 from time import monotonic, perf_counter
 from typing import TYPE_CHECKING, Any
 
-from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, Chunk
+from aioflow._core.graph import CHANNEL_CHUNKS, CHANNEL_ITEMS, CHUNK_MAX, Chunk
 from aioflow.errors import NextTimeout
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class Channel:
         "_exc",
         "_getter",
         "_light",
+        "_light_items",
         "_n",
         "_putter",
         "_q",
@@ -59,7 +60,7 @@ class Channel:
     threaded = False
 
     def __init__(
-        self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS, light: bool = False
+        self, max_chunks: int = CHANNEL_CHUNKS, max_items: int = CHANNEL_ITEMS, light: int = 0
     ) -> None:
         self._q: deque[Chunk] = deque()
         self._n = 0
@@ -73,9 +74,11 @@ class Channel:
         self.put_waits = 0  # how often a put found the channel full
         self.qm: QueueMeter | None = None
         self.waits: Lane | None = None  # the consumer's channel: its reader's waits
-        # ``light``: past its bound it still takes chunks while they are light, up to
-        # ``LIGHT_CHUNKS`` chunks of ``LIGHT_BYTES`` in all (``_w``: their weights)
+        # ``light`` (> 0): past its bound it still takes chunks while they are light, up to
+        # ``LIGHT_CHUNKS`` chunks of ``LIGHT_BYTES`` in all (``_w``: their weights) and
+        # ``light`` items (``engine.light_items``: ``LIGHT_ITEMS`` source items)
         self._light = LIGHT_CHUNKS if light else 0
+        self._light_items = light
         self._bytes = 0
         self._w: deque[int] = deque()
 
@@ -99,7 +102,11 @@ class Channel:
         q = self._q
         if not q or (len(q) < self.max_chunks and self._n + len(chunk) <= self.max_items):
             return False
-        return len(q) >= self._light or self._bytes > LIGHT_BYTES
+        return (
+            len(q) >= self._light
+            or self._bytes > LIGHT_BYTES
+            or self._n + len(chunk) > self._light_items
+        )
 
     def discard(self) -> None:
         """Drop whatever is still buffered (the run is over; nobody will read it)."""
@@ -205,9 +212,12 @@ class Channel:
 
 
 #: What a ``ThreadChannel`` may hold past its ``max_chunks`` while its chunks weigh little:
-#: up to ``LIGHT_CHUNKS`` chunks of at most ``LIGHT_BYTES`` in all (``weigh``).
+#: up to ``LIGHT_CHUNKS`` chunks of at most ``LIGHT_BYTES`` in all (``weigh``) and
+#: ``LIGHT_ITEMS`` source items (a batch of n counts n: ``engine.light_items``), which
+#: ``max_inflight`` counts twice (the channel, and what its consumer took from it).
 LIGHT_CHUNKS = 64
 LIGHT_BYTES = 4 << 20
+LIGHT_ITEMS = LIGHT_CHUNKS * CHUNK_MAX
 _DESCRIPTORS = (property, types.GetSetDescriptorType)  # how types give ``nbytes``
 
 
@@ -244,7 +254,8 @@ class ThreadChannel(Channel):
 
     The producer side is ``Channel``'s (``put``/``close``, on the loop), bounded by chunks:
     ``max_chunks``, or up to ``LIGHT_CHUNKS`` while they weigh at most ``LIGHT_BYTES`` in
-    all (small batches: a thread hand-off costs tens of microseconds, so it must move
+    all, of ``LIGHT_ITEMS`` items (small batches: a thread hand-off costs tens of
+    microseconds, so it must move
     many of them); the consumer takes every chunk available at once with ``take``, so
     one thread hand-off moves many chunks.
     """
@@ -254,7 +265,7 @@ class ThreadChannel(Channel):
     threaded = True
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4, light: bool = True
+        self, loop: asyncio.AbstractEventLoop, max_chunks: int = 4, light: int = LIGHT_ITEMS
     ) -> None:
         super().__init__(max_chunks, light=light)
         self._loop = loop
@@ -264,31 +275,37 @@ class ThreadChannel(Channel):
 
     def full_for(self, chunk: Chunk) -> bool:
         n = len(self._q)
-        return n >= self.max_chunks and (n >= self._light or self._bytes > LIGHT_BYTES)
+        return n >= self.max_chunks and (
+            n >= self._light
+            or self._bytes > LIGHT_BYTES
+            or self._n + len(chunk) > self._light_items
+        )
 
     def discard(self) -> None:
         with self._cond:
             self._q.clear()
-            self._bytes = 0
+            self._n = self._bytes = 0
 
     def offer(self, chunk: Chunk) -> bool:
         w = weigh(chunk) if self._light else 0
         with self._cond:
             if self.full_for(chunk):
                 return False
-            self._q.append(chunk)
-            self._bytes += w
-            self._cond.notify()
+            self._append(chunk, w)
             return True
+
+    def _append(self, chunk: Chunk, w: int) -> None:
+        self._q.append(chunk)
+        self._n += len(chunk)
+        self._bytes += w
+        self._cond.notify()
 
     async def put(self, chunk: Chunk) -> None:
         w = weigh(chunk) if self._light else 0
         while True:
             with self._cond:
                 if not self.full_for(chunk):
-                    self._q.append(chunk)
-                    self._bytes += w
-                    self._cond.notify()
+                    self._append(chunk, w)
                     return
                 self._waiting = True
                 self._space.clear()
@@ -312,7 +329,7 @@ class ThreadChannel(Channel):
                     return None
             chunks = list(self._q)
             self._q.clear()
-            self._bytes = 0
+            self._n = self._bytes = 0
             wake, self._waiting = self._waiting, False
         if wake:
             try:

@@ -15,13 +15,13 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-from aioflow._core.channel import ThreadChannel
-from aioflow._core.graph import Described, graph_nodes
+from aioflow._core.channel import LIGHT_ITEMS, ThreadChannel
+from aioflow._core.graph import Described, graph_nodes, items_per_output
 from aioflow._core.run import Run
 from aioflow._core.tasks import new_task
 from aioflow._core.threads import DaemonPool
 
-__all__ = ["Engine", "light_lead", "new_event_loop"]
+__all__ = ["Engine", "light_items", "light_lead", "new_event_loop"]
 
 # imported with aioflow, not in an engine's thread at the first run (~4 ms of its start)
 _uvloop: ModuleType | None
@@ -40,7 +40,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def light_lead(pipeline: Described) -> bool:
     """Whether the hand-off to the consumer's thread may hold many light chunks
-    (``ThreadChannel(light=True)``): not where the user bounded what the run makes ahead
+    (``light_items``): not where the user bounded what the run makes ahead
     of its consumer (``prefetch(n)`` last: its buffer is the hand-off's;
     ``distribute(max_outstanding=)``), nor where a node's log for states reaches back
     only a few chunks past the consumer (``Logged`` but not ``deep``: ``shuffle``,
@@ -60,6 +60,21 @@ def light_lead(pipeline: Described) -> bool:
     return not any(
         n.hints.lead or getattr(n.resume, "deep", True) is False for n in graph_nodes(pipeline)
     )
+
+
+def light_items(pipeline: Described) -> int:
+    """How many items the hand-off to the consumer may hold while they are light: the
+    output items of ``LIGHT_ITEMS`` source items (64 chunks of items, or 64 batches of
+    256), 0 where ``light_lead`` says no light lead.
+
+    Example:
+        >>> import aioflow as af
+        >>> [light_items(p) for p in (af.range(9), af.range(9).batch(256), af.range(9).shuffle(4))]
+        [16384, 64, 0]
+    """
+    if not light_lead(pipeline):
+        return 0
+    return max(1, LIGHT_ITEMS // items_per_output(pipeline))
 
 
 class Engine:
@@ -135,7 +150,7 @@ class Engine:
     async def _amain(self) -> None:
         loop = asyncio.get_running_loop()
         run = self.run = self.make_run()
-        self.chan = chan = ThreadChannel(loop, light=light_lead(self.pipeline))
+        self.chan = chan = ThreadChannel(loop, light=light_items(self.pipeline))
         stop = self.stop = asyncio.Event()
         try:
             out = run.start_output(self.pipeline, chan)

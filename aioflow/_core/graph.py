@@ -35,6 +35,7 @@ __all__ = [
     "OpenCount",
     "Opener",
     "graph_nodes",
+    "items_per_output",
     "number_nodes",
     "runs_in_task",
     "unagreed",
@@ -171,6 +172,28 @@ def runs_in_task(node: Node) -> bool:
         [False, True]
     """
     return node.task and not node.hints.inline
+
+
+def items_per_output(root: Described) -> int:
+    """How many source items one output item of ``root`` may hold (``Node.mult`` along the
+    graph: ``batch(n)`` holds n; an item of several inputs, the sum of theirs).
+
+    Example:
+        >>> import aioflow as af
+        >>> items_per_output(af.range(9).batch(4).batch(2)), items_per_output(af.range(9))
+        (8, 1)
+    """
+    got: dict[int, int] = {}
+    todo = [root._node]
+    while todo:  # (without recursion: a chain may be longer than the recursion limit)
+        n = todo[-1]
+        missing = [q._node for q in n.inputs if id(q._node) not in got]
+        if missing:
+            todo.extend(missing)
+            continue
+        todo.pop()
+        got[id(n)] = (sum(got[id(q._node)] for q in n.inputs) if n.inputs else 1) * n.mult
+    return got[id(root._node)]
 
 
 def graph_nodes(root: Described) -> list[Node]:
