@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aioflow.errors import PipelineError
 
@@ -34,12 +34,15 @@ __all__ = [
     "Node",
     "OpenCount",
     "Opener",
+    "fold",
     "graph_nodes",
     "items_per_output",
     "number_nodes",
     "runs_in_task",
     "unagreed",
 ]
+
+T = TypeVar("T")
 
 Chunk = list[Any]
 ChunkIter = AsyncGenerator[Chunk, None]
@@ -174,6 +177,29 @@ def runs_in_task(node: Node) -> bool:
     return node.task and not node.hints.inline
 
 
+def fold(root: Described, combine: Callable[[Node, list[T]], T]) -> dict[int, T]:
+    """``combine(node, [values of its inputs])`` for every node of a graph, inputs first,
+    by ``id(node)``; without recursion (a chain may be longer than the recursion limit).
+
+    Example:
+        >>> import aioflow as af
+        >>> p = af.range(3).map(abs)
+        >>> fold(p, lambda n, ins: 1 + sum(ins))[id(p._node)]
+        2
+    """
+    got: dict[int, T] = {}
+    todo = [root._node]
+    while todo:
+        n = todo[-1]
+        missing = [q._node for q in n.inputs if id(q._node) not in got]
+        if missing:
+            todo.extend(missing)
+            continue
+        todo.pop()
+        got[id(n)] = combine(n, [got[id(q._node)] for q in n.inputs])
+    return got
+
+
 def items_per_output(root: Described) -> int:
     """How many source items one output item of ``root`` may hold (``Node.mult`` along the
     graph: ``batch(n)`` holds n; an item of several inputs, the sum of theirs).
@@ -183,17 +209,8 @@ def items_per_output(root: Described) -> int:
         >>> items_per_output(af.range(9).batch(4).batch(2)), items_per_output(af.range(9))
         (8, 1)
     """
-    got: dict[int, int] = {}
-    todo = [root._node]
-    while todo:  # (without recursion: a chain may be longer than the recursion limit)
-        n = todo[-1]
-        missing = [q._node for q in n.inputs if id(q._node) not in got]
-        if missing:
-            todo.extend(missing)
-            continue
-        todo.pop()
-        got[id(n)] = (sum(got[id(q._node)] for q in n.inputs) if n.inputs else 1) * n.mult
-    return got[id(root._node)]
+    m = fold(root, lambda n, ins: (sum(ins) if ins else 1) * n.mult)
+    return m[id(root._node)]
 
 
 def graph_nodes(root: Described) -> list[Node]:

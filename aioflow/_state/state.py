@@ -44,7 +44,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aioflow._core.graph import Described, graph_nodes, number_nodes
+from aioflow._core.graph import Described, fold, graph_nodes, number_nodes
 from aioflow.errors import PipelineError, StateMismatch
 
 if TYPE_CHECKING:
@@ -240,17 +240,7 @@ def next_opens(pipeline: Described) -> dict[int, int]:
 
 def node_cards(root: Described) -> dict[int, int]:
     """Each node's cardinality (by ``id``), without recursion."""
-    card: dict[int, int] = {}
-    todo = [root._node]
-    while todo:
-        node = todo[-1]
-        missing = [q._node for q in node.inputs if id(q._node) not in card]
-        if missing:
-            todo.extend(missing)
-            continue
-        todo.pop()
-        card[id(node)] = node.card([card[id(q._node)] for q in node.inputs])
-    return card
+    return fold(root, lambda node, cards: node.card(cards))
 
 
 def take_nodes(
