@@ -174,3 +174,19 @@ def test_rows_cut_anywhere_join_back_into_the_batch_of_their_items():
     assert all(np.shares_memory(p.cols[0], r.cols[0]) for p in pieces)  # views, no copy
     both = collated(*joined(pieces), lambda a: a, default_collate)
     assert same(both, default_collate(items))
+
+
+def test_strided_and_empty_arrays_stack_as_np_stack_makes_them():
+    base = np.arange(96, dtype=np.float32).reshape(8, 12)
+    for items in (
+        [base[i, ::3] for i in range(8)],  # strided rows
+        [base[:, i] for i in range(12)],  # columns
+        [np.zeros((2, 0), np.int64) for _ in range(3)],  # empty
+        [np.full((), i, np.float32) for i in range(4)],  # 0-d
+    ):
+        got = stack(items)
+        assert got is not None
+        arr = got[1][0]
+        want = np.stack(items)
+        assert arr.shape == want.shape and arr.dtype == want.dtype
+        assert np.array_equal(arr, want) and arr.flags.c_contiguous

@@ -58,8 +58,18 @@ def stack(ys: list[Any]) -> tuple[Template, list[Any]] | None:
             return None
     cols: list[Any] = []
     for kind, col in zip(kinds, leaves, strict=True):
-        cols.append(np.stack(col) if kind == "a" else col)
+        cols.append(_stacked(col, np) if kind == "a" else col)
     return template, cols
+
+
+def _stacked(col: list[Any], np: Any) -> Any:
+    """``np.stack`` of plain arrays of one shape and dtype (``_match`` checked them): one
+    ``np.concatenate`` and a reshape, ~3x faster for many small rows (as
+    ``aioflow.collate.stack``, which this module may not import); 0-d ones: ``np.stack``."""
+    shape = col[0].shape
+    if not shape:
+        return np.stack(col)
+    return np.concatenate(col).reshape((len(col), *shape))
 
 
 def _shape(y: Any, leaves: list[list[Any]], kinds: list[str], np: Any) -> Template:
