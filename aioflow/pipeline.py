@@ -15,11 +15,13 @@ from typing import Any, TypeVar
 from aioflow._core.base import register
 from aioflow._core.channel import LIGHT_ITEMS
 from aioflow._core.engine import light_lead
+from aioflow._core.graph import Node, fold
 from aioflow._core.run import CHANNEL_ITEMS, CHUNK_MAX, INFINITE_CARD, UNKNOWN_CARD
 from aioflow._group_methods import GroupMethods
 from aioflow._item_methods import ItemMethods
 from aioflow._iterators import AsyncPipelineIterator, PipelineIterator
 from aioflow._process.pool_life import close_nodes_pools
+from aioflow._state.state import node_cards
 from aioflow._time_methods import TimeMethods
 
 T = TypeVar("T")
@@ -203,31 +205,27 @@ class Pipeline(ItemMethods[T], GroupMethods[T], TimeMethods[T]):
             >>> af.range(10).prefetch(4).max_inflight() > 4
             True
         """
-        seen: dict[int, int] = {}
         total = 0
 
-        def walk(p: Pipeline[Any]) -> int:
-            """Adds the stage's bound to ``total``; returns items per output object."""
+        def add(node: Node, ins: list[int]) -> int:
+            """Adds the stage's bound to ``total``; returns items per output object (as
+            ``graph.items_per_output``), from its inputs' (``ins``)."""
             nonlocal total
-            node = p._node
-            if id(node) in seen:
-                return seen[id(node)]
-            m_in = sum(walk(q) for q in node.inputs) if node.inputs else 1
+            m_in = sum(ins) if node.inputs else 1
             m_out = m_in * node.mult
             hints = node.hints  # prefetch(AUTOTUNE) may grow to grow_to
             items, chunks = max(hints.items, hints.grow_to), max(hints.chunks, hints.grow_to)
             objects = CHUNK_MAX + (min(items, chunks * CHUNK_MAX) if node.task else 0)
             total += node.holds * m_in + objects * m_out
-            seen[id(node)] = m_out
             return m_out
 
-        m = walk(self)
+        m = fold(self, add)[id(self._node)]  # (each node once, without recursion)
         # the output channel, and the consumer's side (a ThreadChannel of 4 chunks); light
         # items (``engine.light_items``): that many more source items there, and as many
         # taken by the consumer from it
         light = 0
         if light_lead(self):  # (no more than the whole output, when that is known)
-            card = self.cardinality()
+            card = node_cards(self)[id(self._node)]  # (not cardinality(): it recurses)
             light = 2 * LIGHT_ITEMS if card < 0 else min(2 * LIGHT_ITEMS, card * m)
         return total + (CHANNEL_ITEMS + 4 * CHUNK_MAX) * m + light
 

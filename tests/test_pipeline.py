@@ -245,3 +245,22 @@ def test_max_inflight_grows_with_buffers():
 
 def test_repr_names_the_chain():
     assert repr(af.range(3).map(str).batch(2)) == "<Pipeline range -> map(str) -> batch(2)>"
+
+
+def test_max_inflight_of_a_chain_longer_than_the_recursion_limit():
+    # (it walked the graph by recursion, and its light term asked cardinality(), which
+    # recurses too: a RecursionError on 3,000 maps)
+    p = af.range(3)
+    for _ in range(3000):
+        p = p.map(abs)
+    assert p.max_inflight() >= 3000 * 256  # (each fused map may work on a chunk)
+
+
+def test_a_graph_walk_combines_a_node_read_twice_once():
+    from aioflow._core.graph import fold
+
+    seen = []
+    r = af.range(10)
+    p = af.zip(r, r.batch(2))
+    fold(p, lambda n, ins: seen.append(n.name) or 1)
+    assert sorted(seen) == sorted(["range", "batch(2)", "zip"])

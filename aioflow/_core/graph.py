@@ -191,6 +191,9 @@ def fold(root: Described, combine: Callable[[Node, list[T]], T]) -> dict[int, T]
     todo = [root._node]
     while todo:
         n = todo[-1]
+        if id(n) in got:  # (a node read by two others: pushed twice, combined once)
+            todo.pop()
+            continue
         missing = [q._node for q in n.inputs if id(q._node) not in got]
         if missing:
             todo.extend(missing)
